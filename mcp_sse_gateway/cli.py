@@ -1,0 +1,144 @@
+"""Command line: ``mcp-sse-gateway [serve|check-config|healthcheck|demo]``.
+
+``serve`` is the default command. Exit codes: 0 success, 1 failure at run time (e.g. the address
+is in use, or ``healthcheck`` found the gateway not ready), 2 invalid configuration or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+import structlog
+
+from mcp_sse_gateway.config import Settings, load_settings
+from mcp_sse_gateway.errors import ConfigError
+from mcp_sse_gateway.logs import configure_logging
+
+COMMANDS = ("serve", "check-config", "healthcheck", "demo")
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-sse-gateway",
+        description="Resumable-streaming reverse proxy for MCP servers (Streamable HTTP).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def with_config(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--config", metavar="PATH", help="TOML file (default: $MCP_SSE_GATEWAY_CONFIG)"
+        )
+        sub.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint URL")
+        sub.add_argument("--host", help="listen address (server.host)")
+        sub.add_argument("--port", type=int, help="listen port (server.port)")
+        return sub
+
+    with_config(commands.add_parser("serve", help="run the gateway (default)"))
+    with_config(
+        commands.add_parser(
+            "check-config", help="validate the settings and print them, secrets redacted"
+        )
+    )
+    with_config(commands.add_parser("healthcheck", help="probe /readyz; exit 0 when ready"))
+    demo = with_config(
+        commands.add_parser(
+            "demo",
+            help="start the bundled example MCP server and the gateway in front of it",
+        )
+    )
+    demo.add_argument(
+        "--once", action="store_true", help="run the demo client once and exit (no server kept)"
+    )
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, dict[str, Any]] = {}
+    if args.upstream is not None:
+        overrides.setdefault("upstream", {})["url"] = args.upstream
+    if args.host is not None:
+        overrides.setdefault("server", {})["host"] = args.host
+    if args.port is not None:
+        overrides.setdefault("server", {})["port"] = args.port
+    return overrides
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments or (arguments[0] not in COMMANDS and arguments[0] not in ("-h", "--help")):
+        arguments.insert(0, "serve")
+    args = _parser().parse_args(arguments)
+    try:
+        settings = load_settings(args.config, _overrides(args))
+    except ConfigError as exc:
+        print(f"mcp-sse-gateway: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "serve" and settings.upstream.url is None:
+        print(
+            "mcp-sse-gateway: upstream.url is required (--upstream URL, or [upstream] url)",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    if args.command == "check-config":
+        print(json.dumps(settings.redacted(), indent=2))
+        return 0
+    if args.command == "healthcheck":
+        return _healthcheck(settings)
+    configure_logging(settings.logging.level, settings.logging.format)
+    if args.command == "demo":
+        from mcp_sse_gateway.demo import run_demo
+
+        return asyncio.run(run_demo(settings, once=args.once))
+    return asyncio.run(_serve(settings))
+
+
+def _healthcheck(settings: Settings) -> int:
+    host = settings.server.host
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - probing, not binding
+        host = "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    try:
+        with urllib.request.urlopen(
+            f"http://{host}:{settings.server.port}/readyz", timeout=5
+        ) as response:
+            return 0 if response.status == HTTPStatus.OK else 1
+    except (OSError, urllib.error.URLError):
+        return 1
+
+
+async def _serve(settings: Settings) -> int:
+    from mcp_sse_gateway.server import run_gateway
+
+    log = structlog.get_logger("mcp_sse_gateway.cli")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with run_gateway(settings):
+            await stop.wait()
+            log.info("shutdown.started")
+    except OSError as exc:
+        log.error("gateway.start_failed", error=str(exc))  # noqa: TRY400 - no traceback needed
+        return 1
+    except ConfigError as exc:
+        print(f"mcp-sse-gateway: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signum)
+    log.info("shutdown.completed")
+    return 0

@@ -1,0 +1,134 @@
+"""The gateway's exception tree: one class per catchable situation.
+
+::
+
+    GatewayError
+    ├── ConfigError                  settings invalid at start-up (exit code 2)
+    ├── RequestRejected              the client's request is refused before anything is forwarded
+    │   ├── HostNotAllowed           403: Host header not in ``server.allowed_hosts``
+    │   ├── OriginNotAllowed         403: Origin header not in ``server.allowed_origins``
+    │   ├── BodyTooLarge             413: body over ``server.max_body_bytes``
+    │   └── MethodNotAllowed         405: method the MCP endpoint does not serve
+    ├── UpstreamError                502: the upstream failed before response headers
+    │   ├── UpstreamConnectError     connection refused / DNS / TLS failure
+    │   ├── UpstreamTimeout          no response headers within ``upstream.headers_timeout_s``
+    │   └── UpstreamProtocolError    the upstream answered something that is not HTTP
+    ├── StoreError
+    │   ├── StoreUnavailable         503 + Retry-After: the event store is needed but down
+    │   └── StoreLimitExceeded       a bound of D7 was hit (streams per session, event size)
+    ├── StreamError                  400: a Last-Event-ID that cannot be resumed, never echoed
+    │   ├── InvalidEventId           not an id this gateway mints
+    │   ├── UnknownStream            no such stream life under this session (foreign, expired)
+    │   └── CursorGone               the events after the cursor are no longer stored (trimmed)
+    ├── SessionGone                  404: the session was deleted (tombstone): the upstream's word
+    └── SSEError                     a stream violates the SSE wire rules
+        ├── InvalidSSEField          an id/event to encode holds CR, LF or NUL
+        └── EventTooLarge            one event block exceeds ``max_event_bytes``
+
+The HTTP status of each client-facing error is declared once, in
+:data:`mcp_sse_gateway.web.middleware.STATUS_BY_ERROR`. Messages never echo values taken from
+the request (they may be attacker-controlled).
+
+This module is sans-IO: it imports neither aiohttp nor redis.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base class of every error the gateway raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """Raised at start-up when a setting is invalid; the message names the key."""
+
+
+class RequestRejected(GatewayError):
+    """Raised when the gateway refuses a client request before forwarding anything."""
+
+
+class HostNotAllowed(RequestRejected):
+    """Raised when the request's ``Host`` is not in ``server.allowed_hosts`` (DNS rebinding)."""
+
+
+class OriginNotAllowed(RequestRejected):
+    """Raised when the request's ``Origin`` is not in ``server.allowed_origins``."""
+
+
+class BodyTooLarge(RequestRejected):
+    """Raised when the request body exceeds ``server.max_body_bytes``."""
+
+
+class MethodNotAllowed(RequestRejected):
+    """Raised when the MCP endpoint gets a method other than GET, POST or DELETE."""
+
+
+class UpstreamError(GatewayError):
+    """Raised when the upstream fails before its response headers arrive."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """Raised when the upstream cannot be connected to (refused, DNS, TLS)."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """Raised when no response headers arrive within ``upstream.headers_timeout_s``."""
+
+
+class UpstreamProtocolError(UpstreamError):
+    """Raised when the upstream's answer is not valid HTTP."""
+
+
+class StoreError(GatewayError):
+    """Base class of event-store failures."""
+
+
+class StoreUnavailable(StoreError):
+    """Raised when the event store is needed to answer a request but cannot be reached."""
+
+
+class StoreLimitExceeded(StoreError):
+    """Raised when a bound of DESIGN D7 refuses a write (too many streams in a session)."""
+
+
+class StreamError(GatewayError):
+    """Base class of resume failures: the ``Last-Event-ID`` cannot be served. Always 400."""
+
+
+class InvalidEventId(StreamError):
+    """Raised when a ``Last-Event-ID`` is malformed: not an id this gateway mints."""
+
+
+class UnknownStream(StreamError):
+    """Raised when the id's stream life does not exist under the request's session.
+
+    Another session's id, a stream life that ended in a store outage, or one that expired.
+    """
+
+
+class CursorGone(StreamError):
+    """Raised when the events right after the cursor are no longer stored.
+
+    They were trimmed (``max_events_per_stream``, memory cap) or lost (store restart). A gap is
+    never skipped silently.
+    """
+
+
+class SessionGone(GatewayError):
+    """Raised when a request names a session the upstream ended (DELETE): answered with 404."""
+
+
+class SSEError(GatewayError, ValueError):
+    """Base class of server-sent-events wire violations."""
+
+
+class InvalidSSEField(SSEError):
+    """Raised by the encoder when an ``id`` or ``event`` value holds CR, LF or NUL.
+
+    Such a value would let one event forge fields of the next (SSE injection). WHATWG HTML,
+    server-sent events, "Parsing an event stream".
+    """
+
+
+class EventTooLarge(SSEError):
+    """Raised by the decoder when one event block grows past its ``max_event_bytes`` bound."""

@@ -1,0 +1,166 @@
+"""Header policy of the relay: what crosses the gateway in each direction, and Host/Origin checks.
+
+Sans-IO: functions take and return plain ``(name, value)`` pairs so that repeated headers
+(``Set-Cookie``, ``WWW-Authenticate``) keep their order and multiplicity.
+Sources: RFC 9110 §7.6.1 (Connection, hop-by-hop fields), §7.2 (Host); RFC 7239 and the de-facto
+``X-Forwarded-*`` headers; MCP 2025-11-25 transports, "Security Warning" (Origin validation).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
+
+Headers = list[tuple[str, str]]
+
+#: RFC 9110 §7.6.1 hop-by-hop fields, plus fields that describe one connection or one message
+#: framing and so must be recomputed per hop.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+        "content-length",
+    }
+)
+
+#: Never sent upstream: the upstream sees its own Host; replays are the gateway's job on the MCP
+#: endpoint; forwarded-for headers are rebuilt below.
+_DROP_UPSTREAM = frozenset(
+    {"host", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded"}
+)
+_DROP_UPSTREAM_MCP = frozenset({"last-event-id", "accept-encoding"})
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def upstream_request_headers(
+    incoming: Sequence[tuple[str, str]],
+    *,
+    mcp_endpoint: bool,
+    peer: str | None,
+    scheme: str,
+    host: str | None,
+    trusted_peer: bool,
+) -> Headers:
+    """Headers to send upstream for one client request.
+
+    Args:
+        incoming: the client's headers, in order.
+        mcp_endpoint: True on the MCP endpoint: ``Last-Event-ID`` is dropped and ``identity``
+            encoding is asked for (the gateway reads those bodies).
+        peer: the client's IP address as seen on the socket.
+        scheme: ``http`` or ``https``, as the client reached the gateway.
+        host: the client's ``Host`` header.
+        trusted_peer: the peer is a configured proxy: its ``X-Forwarded-*`` are extended, not
+            replaced.
+
+    Returns:
+        End-to-end headers (``Authorization``, ``Cookie``, ``Mcp-*``, ``traceparent`` …) in order,
+        plus ``X-Forwarded-For/Proto/Host``.
+    """
+    drop = HOP_BY_HOP | _DROP_UPSTREAM | _connection_tokens(incoming)
+    if mcp_endpoint:
+        drop = drop | _DROP_UPSTREAM_MCP
+    out: Headers = [(name, value) for name, value in incoming if name.lower() not in drop]
+    forwarded_for = [v for n, v in incoming if n.lower() == "x-forwarded-for"]
+    forwarded_proto = next((v for n, v in incoming if n.lower() == "x-forwarded-proto"), None)
+    forwarded_host = next((v for n, v in incoming if n.lower() == "x-forwarded-host"), None)
+    chain = [*forwarded_for] if trusted_peer else []
+    if peer:
+        chain.append(peer)
+    if chain:
+        out.append(("X-Forwarded-For", ", ".join(chain)))
+    out.append(("X-Forwarded-Proto", (forwarded_proto if trusted_peer else None) or scheme))
+    original_host = (forwarded_host if trusted_peer else None) or host
+    if original_host:
+        out.append(("X-Forwarded-Host", original_host))
+    if mcp_endpoint:
+        out.append(("Accept-Encoding", "identity"))
+    return out
+
+
+def client_response_headers(upstream: Sequence[tuple[str, str]], *, keep_length: bool) -> Headers:
+    """Headers to relay from the upstream's response to the client.
+
+    Args:
+        upstream: the upstream response's headers, in order.
+        keep_length: keep ``Content-Length`` (the body is relayed byte for byte and complete).
+
+    Returns:
+        The end-to-end headers in order (``WWW-Authenticate``, ``Set-Cookie``, ``Mcp-Session-Id``
+        … verbatim), without hop-by-hop fields.
+    """
+    drop = (HOP_BY_HOP | _connection_tokens(upstream)) - (
+        {"content-length"} if keep_length else set()
+    )
+    return [(name, value) for name, value in upstream if name.lower() not in drop]
+
+
+def _hostname(host: str) -> str:
+    """``host[:port]`` → lower-case host; IPv6 literals keep their brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        return host[: end + 1] if end != -1 else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
+    """Whether a ``Host`` header value passes ``server.allowed_hosts`` (ports are ignored).
+
+    A missing Host is refused unless ``"*"`` is allowed (HTTP/1.1 requires one).
+    """
+    if "*" in allowed:
+        return True
+    if not host:
+        return False
+    name = _hostname(host)
+    return any(name == _hostname(entry) for entry in allowed)
+
+
+def _origin_key(origin: str) -> tuple[str, str] | None:
+    try:
+        parts = urlsplit(origin.strip().lower())
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.netloc:
+        return None
+    return parts.scheme, _hostname(parts.netloc)
+
+
+def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
+    """Whether an ``Origin`` header passes ``server.allowed_origins`` (ports are ignored).
+
+    Requests without ``Origin`` (non-browser clients) pass; ``null`` and malformed origins are
+    refused unless ``"*"`` is allowed.
+    """
+    if origin is None or "*" in allowed:
+        return True
+    key = _origin_key(origin)
+    return key is not None and any(key == _origin_key(entry) for entry in allowed)
+
+
+def peer_trusted(peer: str | None, networks: Sequence[str]) -> bool:
+    """Whether the socket peer address lies in one of the trusted proxy CIDRs."""
+    if not peer or not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    return any(address in ipaddress.ip_network(net, strict=False) for net in networks)

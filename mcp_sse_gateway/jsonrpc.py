@@ -1,0 +1,72 @@
+"""JSON-RPC 2.0 helpers for MCP messages: classify, find ids, read an InitializeResult.
+
+Sans-IO. Messages are parsed only where the gateway needs to know something (request ids of a
+POST, the ``protocolVersion`` of an initialize answer); bodies are always relayed as received.
+Sources: JSON-RPC 2.0 specification; MCP 2025-11-25 "Base Protocol" and "Lifecycle".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+JSONRPCId = str | int
+
+#: Error code of the gateway's own JSON-RPC errors (implementation-defined server error range
+#: -32000..-32099 of JSON-RPC 2.0). -32000 is used by the SDKs for "connection closed".
+UPSTREAM_UNAVAILABLE = -32002
+#: The upstream request ended before its JSON-RPC response arrived (stream broken, replica died).
+UPSTREAM_STREAM_BROKEN = -32003
+
+
+def parse_messages(body: bytes | str) -> list[dict[str, Any]] | None:
+    """Parse a JSON-RPC message or batch.
+
+    Returns:
+        The messages (a batch flattened, order kept), or None when the body is not JSON or not
+        JSON-RPC shaped (the caller relays it anyway and lets the upstream answer).
+    """
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    items = parsed if isinstance(parsed, list) else [parsed]
+    if not items or not all(isinstance(item, dict) for item in items):
+        return None
+    return items
+
+
+def is_request(message: dict[str, Any]) -> bool:
+    """True for a JSON-RPC request (has ``method`` and an ``id``), false for notifications."""
+    return "method" in message and message.get("id") is not None
+
+
+def request_ids(messages: list[dict[str, Any]]) -> list[JSONRPCId]:
+    """The ids of the requests among *messages*, in order (notifications and responses skipped)."""
+    return [m["id"] for m in messages if is_request(m) and isinstance(m["id"], (str, int))]
+
+
+def is_initialize(messages: list[dict[str, Any]] | None) -> bool:
+    """True when the messages hold an ``initialize`` request."""
+    return bool(messages) and any(m.get("method") == "initialize" for m in messages or ())
+
+
+def initialize_version(messages: list[dict[str, Any]] | None) -> str | None:
+    """The ``protocolVersion`` of an InitializeResult among *messages*, if any.
+
+    Returns:
+        The version string (e.g. ``"2025-11-25"``) or None when no message is a successful
+        initialize response with a string ``result.protocolVersion``.
+    """
+    for message in messages or ():
+        result = message.get("result")
+        if "id" in message and isinstance(result, dict):
+            version = result.get("protocolVersion")
+            if isinstance(version, str) and "serverInfo" in result:
+                return version
+    return None
+
+
+def error_response(request_id: JSONRPCId | None, code: int, message: str) -> dict[str, Any]:
+    """A JSON-RPC error response object (``{"jsonrpc": "2.0", "id": …, "error": {…}}``)."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}

@@ -1,0 +1,61 @@
+"""Prometheus metrics, named ``mcp_sse_gateway_*`` and kept in a registry of their own.
+
+Each app gets its own :class:`Metrics` (tests build several apps in one process).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+
+class Metrics:
+    """The gateway's counters, gauges and histograms."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "mcp_sse_gateway_requests_total",
+            "Client requests answered, by method and status class.",
+            ["method", "status"],
+            registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "mcp_sse_gateway_upstream_errors_total",
+            "Upstream failures before response headers, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "mcp_sse_gateway_requests_rejected_total",
+            "Requests refused before forwarding, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.streams_active = Gauge(
+            "mcp_sse_gateway_streams_active",
+            "SSE responses being relayed to clients now.",
+            registry=self.registry,
+        )
+        self.events_relayed = Counter(
+            "mcp_sse_gateway_events_relayed_total",
+            "SSE events written to clients.",
+            registry=self.registry,
+        )
+        self.sessions_recorded = Counter(
+            "mcp_sse_gateway_sessions_recorded_total",
+            "Sessions whose protocol version was recorded, by version.",
+            ["protocol_version"],
+            registry=self.registry,
+        )
+        self.upstream_headers_seconds = Histogram(
+            "mcp_sse_gateway_upstream_headers_seconds",
+            "Time from forwarding a request to the upstream's response headers, seconds.",
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        """The exposition text of every metric (Prometheus text format 0.0.4)."""
+        return generate_latest(self.registry)

@@ -1,0 +1,176 @@
+"""The pump: reads one upstream SSE response into the event store (DESIGN D4).
+
+A pump is owned by the app, not by the client's request: it keeps reading after the client's
+connection dropped (a disconnect is not a cancellation; MCP 2025-11-25 transports,
+"Resumability and Redelivery"), so no message is lost.
+
+For each upstream message it drops the upstream's id and appends the event (store first, then
+readers are woken). When the upstream response ends it appends the terminal marker. If the
+upstream breaks before every JSON-RPC response of the request arrived, it appends a JSON-RPC
+error response for each pending request id (code :data:`~mcp_sse_gateway.jsonrpc.
+UPSTREAM_STREAM_BROKEN`), then the marker: no client waits forever. If the upstream itself
+primed and closed on purpose (a resumable upstream, SEP-1699), the pump first resumes it with
+``GET`` + the upstream's own ``Last-Event-ID``.
+
+Sans-IO towards HTTP: the upstream is an async iterator of byte chunks plus a ``reopen`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.errors import EventTooLarge, StoreError, UpstreamError
+from mcp_sse_gateway.sse import SSEDecoder
+from mcp_sse_gateway.store.base import EventStore
+
+log = structlog.get_logger("mcp_sse_gateway.pump")
+
+#: Message of the JSON-RPC error appended for each request whose response never came.
+BROKEN_MESSAGE = "Upstream stream ended before the response (gateway)"
+#: A resumable upstream that keeps closing without progress is given up on after this many
+#: reconnections in a row.
+MAX_UPSTREAM_RESUMES = 32
+#: Used when a resumable upstream closed on purpose without sending ``retry``, seconds.
+DEFAULT_UPSTREAM_RETRY_S = 1.0
+
+Chunks = AsyncIterator[bytes]
+#: ``reopen(last_event_id)`` → a new upstream body, or None when the upstream refuses to resume.
+Reopen = Callable[[str], Awaitable[Chunks | None]]
+
+
+@dataclass(slots=True)
+class PumpResult:
+    """What a pump did, for the canonical ``stream.finished`` log line.
+
+    Attributes:
+        events: events appended (upstream messages plus the gateway's own errors).
+        broken: the upstream ended or failed before every response arrived.
+        pending: request ids left without a response when the upstream ended.
+    """
+
+    events: int = 0
+    broken: bool = False
+    pending: list[jsonrpc.JSONRPCId] = field(default_factory=list)
+
+
+def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
+    """Ids of the JSON-RPC responses in one SSE data field; cheap for notifications."""
+    # Notifications and requests carry "method"; only responses settle a pending id. Checking
+    # for the member names first avoids parsing the (usually larger) notification bodies.
+    if '"result"' not in data and '"error"' not in data:
+        return []
+    messages = jsonrpc.parse_messages(data)
+    return [
+        m["id"]
+        for m in messages or ()
+        if "method" not in m and ("result" in m or "error" in m) and m.get("id") is not None
+    ]
+
+
+async def run_pump(  # noqa: C901 - one read loop with its resume and failure exits
+    store: EventStore,
+    session_id: str,
+    life: str,
+    body: Chunks,
+    *,
+    request_ids: list[jsonrpc.JSONRPCId],
+    max_event_bytes: int,
+    reopen: Reopen | None = None,
+    finish: bool = True,
+) -> PumpResult:
+    """Read *body* into stream *life* of the session until it ends.
+
+    Args:
+        store: where events go.
+        session_id: the stream's session.
+        life: the stream life, already created in the store.
+        body: the upstream response body as byte chunks.
+        request_ids: the JSON-RPC request ids the response must answer (empty for a standalone
+            GET stream).
+        max_event_bytes: bound on one event; a bigger one breaks the stream (pending requests
+            get the gateway's error).
+        reopen: resumes a resumable upstream that closed on purpose; None to never resume.
+        finish: append the terminal marker at the end (False for a standalone stream whose
+            life continues across upstream GETs).
+
+    Returns:
+        What was appended.
+
+    Cancelling stops reading; pending requests then get the gateway's error and the marker is
+    appended (best effort), so readers never hang.
+    """
+    pending: dict[jsonrpc.JSONRPCId, None] = dict.fromkeys(request_ids)
+    result = PumpResult()
+    resumes = 0
+    try:
+        while True:
+            decoder = SSEDecoder(max_event_bytes=max_event_bytes)
+            retry_ms: int | None = None
+            progressed = False
+            try:
+                async for chunk in body:
+                    for event in decoder.feed(chunk):
+                        if event.retry is not None:
+                            retry_ms = event.retry
+                        if not event.data:
+                            # No data (id/retry only) or the upstream's own priming event.
+                            continue
+                        for rid in _response_ids(event.data):
+                            pending.pop(rid, None)
+                        await store.append(session_id, life, event.data, _event_type(event.event))
+                        result.events += 1
+                        progressed = True
+            except (TimeoutError, EventTooLarge, OSError, UpstreamError) as exc:
+                log.warning("upstream.stream_broken", error=type(exc).__name__)
+                result.broken = bool(pending)
+                break
+            except Exception as exc:  # noqa: BLE001 - aiohttp payload errors; never hang a client
+                log.warning("upstream.stream_broken", error=type(exc).__name__)
+                result.broken = bool(pending)
+                break
+            upstream_id = decoder.last_event_id
+            if not pending or reopen is None or not upstream_id:
+                result.broken = bool(pending)
+                break
+            resumes = 0 if progressed else resumes + 1
+            if resumes > MAX_UPSTREAM_RESUMES:
+                result.broken = True
+                break
+            await asyncio.sleep(
+                retry_ms / 1000 if retry_ms is not None else DEFAULT_UPSTREAM_RETRY_S
+            )
+            reopened = await reopen(upstream_id)
+            if reopened is None:
+                result.broken = True
+                break
+            log.info("upstream.resumed", resumes=resumes)
+            body = reopened
+    finally:
+        result.pending = list(pending)
+        await _settle(store, session_id, life, result, finish=finish)
+    return result
+
+
+def _event_type(event: str | None) -> str | None:
+    return None if event in (None, "message") else event
+
+
+async def _settle(
+    store: EventStore, session_id: str, life: str, result: PumpResult, *, finish: bool
+) -> None:
+    """Append the gateway's error for each pending request, then the terminal marker."""
+    try:
+        for rid in result.pending:
+            error = jsonrpc.error_response(rid, jsonrpc.UPSTREAM_STREAM_BROKEN, BROKEN_MESSAGE)
+            await store.append(session_id, life, json.dumps(error), None)
+            result.events += 1
+        if finish:
+            await store.finish(session_id, life)
+    except StoreError:
+        log.warning("store.settle_failed", pending=len(result.pending))

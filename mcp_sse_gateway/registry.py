@@ -1,0 +1,108 @@
+"""Who owns what: every background task (pumps, standalone streams) and every client attachment.
+
+"Don't shield, track" (aiohttp docs): each task the gateway starts is held in a set here, so
+shutdown can wait for pumps to finish their upstream requests (up to the drain timeout) and then
+cancel what is left. A client connection attached to a stream is recorded per stream so a newer
+connection replaces the older one (DESIGN D5, D6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("mcp_sse_gateway.registry")
+
+#: Reasons an attachment ends before its stream does; sent as the cancel message.
+SUPERSEDED = "superseded"
+DRAINING = "draining"
+
+
+class Attachment:
+    """One client connection reading one stream; ends when another connection replaces it.
+
+    Attributes:
+        key: ``(session digest, stream life)``.
+        reason: why it was told to stop (:data:`SUPERSEDED`, :data:`DRAINING`), else None.
+    """
+
+    def __init__(self, key: tuple[str, str], task: asyncio.Task[Any] | None) -> None:
+        self.key = key
+        self.reason: str | None = None
+        self._task = task
+
+    def stop(self, reason: str) -> None:
+        """Ask the connection to end: its handler gets a CancelledError carrying *reason*."""
+        if self.reason is None:
+            self.reason = reason
+            if self._task is not None and not self._task.done():
+                self._task.cancel(reason)
+
+
+class Registry:
+    """Tracks background tasks and the attachment of each stream, for one app."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._attached: dict[tuple[str, str], Attachment] = {}
+        self.standalone: dict[str, asyncio.Task[Any]] = {}
+        self.closing = False
+
+    @property
+    def tasks(self) -> int:
+        """Background tasks running now."""
+        return len(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
+        """Run *coro* as a tracked task; it is forgotten when done and cancelled on close."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task.failed", task=task.get_name(), error=repr(task.exception()))
+
+    def attach(self, key: tuple[str, str]) -> Attachment:
+        """Record the current task as the reader of stream *key*, replacing the older one."""
+        attachment = Attachment(key, asyncio.current_task())
+        older = self._attached.get(key)
+        self._attached[key] = attachment
+        if older is not None:
+            older.stop(SUPERSEDED)
+        return attachment
+
+    def detach(self, attachment: Attachment) -> None:
+        """Forget *attachment* unless a newer one already replaced it."""
+        if self._attached.get(attachment.key) is attachment:
+            del self._attached[attachment.key]
+
+    def attachments(self) -> list[Attachment]:
+        """Every attachment now (a copy)."""
+        return list(self._attached.values())
+
+    async def close(self, timeout_s: float) -> int:
+        """Wait up to *timeout_s* seconds for tasks to finish, then cancel the rest.
+
+        Returns:
+            The number of tasks cancelled.
+        """
+        self.closing = True
+        # Standalone streams never end by themselves: only request pumps are worth waiting for.
+        for task in self.standalone.values():
+            task.cancel("shutdown")
+        pending = set(self._tasks)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=timeout_s)
+        for task in pending:
+            task.cancel("shutdown")
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        return len(pending)

@@ -1,0 +1,152 @@
+"""The event-store interface shared by every backend (DESIGN D7).
+
+Records are keyed by a digest of the session id, never the raw id (it is a bearer credential
+for some servers). Backends must behave identically; one contract test suite runs against each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+StreamKind = Literal["request", "standalone"]
+
+
+def session_digest(session_id: str) -> str:
+    """A stable, non-reversible key for a session: 32 lower-case hex digits (BLAKE2b-128)."""
+    return hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """What the gateway knows of one MCP session.
+
+    Attributes:
+        key: :func:`session_digest` of the ``Mcp-Session-Id``.
+        protocol_version: the version negotiated by initialize (e.g. ``"2025-11-25"``).
+        deleted: the session was ended by DELETE (a tombstone: requests get 404).
+    """
+
+    key: str
+    protocol_version: str
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event of a stream, as stored and replayed.
+
+    Attributes:
+        offset: position in its stream life (1, 2, …), the last part of its wire id.
+        data: the SSE ``data`` (a JSON-RPC message; line breaks normalised to LF).
+        event: the SSE ``event`` type, or None for the default ``message``.
+    """
+
+    offset: int
+    data: str
+    event: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """Metadata of one stream life.
+
+    Attributes:
+        life: the stream life id (32 hex digits).
+        kind: ``request`` (the answer to a POST) or ``standalone`` (the session's GET stream).
+        first_offset: oldest offset still stored (``last_offset + 1`` when none is).
+        last_offset: newest offset appended, 0 before the first event.
+        finished: the terminal marker was appended: no event will follow ``last_offset``.
+        owner: the replica whose pump writes this stream.
+    """
+
+    life: str
+    kind: StreamKind
+    first_offset: int
+    last_offset: int
+    finished: bool
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Events read after a cursor.
+
+    Attributes:
+        events: oldest first, consecutive offsets, at most the *limit* asked for.
+        finished: the stream is finished and *events* reach its last offset: nothing follows.
+    """
+
+    events: list[StoredEvent]
+    finished: bool
+
+
+class EventStore(Protocol):
+    """Where sessions (and, for resumable streams, their events) are kept.
+
+    Every method may raise :class:`~mcp_sse_gateway.errors.StoreUnavailable` when the backend
+    cannot be reached. Every method is safe to cancel: nothing is half-written.
+    """
+
+    async def record_session(self, session_id: str, protocol_version: str) -> None:
+        """Record (or refresh) a session's negotiated protocol version."""
+
+    async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
+        """The session's record, or None when there is none (never recorded, or expired).
+
+        With *refresh* (client traffic), the record's idle TTL restarts.
+        """
+
+    async def tombstone_session(self, session_id: str) -> None:
+        """Mark a session deleted; its record then reads ``deleted=True`` until it expires."""
+
+    async def create_stream(
+        self, session_id: str, life: str, *, kind: StreamKind, owner: str
+    ) -> None:
+        """Store a new stream life's metadata (before its priming event leaves).
+
+        Raises:
+            StoreLimitExceeded: the session holds ``max_streams_per_session`` unfinished streams.
+        """
+
+    async def append(self, session_id: str, life: str, data: str, event: str | None) -> int:
+        """Append one event and wake its readers, atomically.
+
+        Returns:
+            The event's offset (one more than the previous one).
+
+        Raises:
+            UnknownStream: the stream life does not exist (expired, or the session was purged).
+        """
+
+    async def finish(self, session_id: str, life: str) -> None:
+        """Append the terminal marker: readers reaching the last offset then close. Idempotent."""
+
+    async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
+        """Events with offsets after *after*, oldest first, at most *limit*.
+
+        Raises:
+            UnknownStream: no such stream life under this session.
+            CursorGone: the event at ``after + 1`` was trimmed: a gap would be silent.
+        """
+
+    async def wait(self, session_id: str, life: str, after: int, timeout_s: float) -> bool:
+        """Wait until an event after *after* is stored, or the stream finished or was dropped.
+
+        Returns:
+            True when woken by one of those, False when *timeout_s* seconds passed first.
+            Safe to cancel.
+        """
+
+    async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
+        """The stream life's metadata, or None when it does not exist under this session."""
+
+    async def purge_session(self, session_id: str) -> None:
+        """Drop every stream of the session (after DELETE). Idempotent."""
+
+    async def ping(self) -> None:
+        """Return when the store is reachable; raise ``StoreUnavailable`` otherwise."""
+
+    async def close(self) -> None:
+        """Release connections. Idempotent."""

@@ -1,0 +1,1 @@
+"""The aiohttp layer: app composition, relay handlers, middleware."""

@@ -1,0 +1,130 @@
+"""The composition root: build the aiohttp application from settings.
+
+``create_app`` never reads the environment; the CLI builds the settings.
+Injected arguments (store, metrics) override the defaults for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from collections.abc import AsyncIterator
+
+import structlog
+from aiohttp import web
+
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.errors import ConfigError
+from mcp_sse_gateway.metrics import Metrics
+from mcp_sse_gateway.registry import DRAINING, Registry
+from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.web import relay
+from mcp_sse_gateway.web.keys import (
+    METRICS,
+    REGISTRY,
+    REPLICA_ID,
+    SETTINGS,
+    STATE,
+    STORE,
+    UPSTREAM_CLIENT,
+    GatewayState,
+)
+from mcp_sse_gateway.web.middleware import request_context
+from mcp_sse_gateway.web.upstream import make_client_session
+
+log = structlog.get_logger("mcp_sse_gateway.app")
+
+#: Client connections are closed over this many seconds on drain (at most a quarter of the
+#: drain timeout).
+DRAIN_SPREAD_S = 2.0
+HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+
+
+def _default_store(settings: Settings) -> EventStore:
+    if settings.store.backend == "memory":
+        return MemoryStore.from_settings(settings.store)
+    raise ConfigError(f"store.backend {settings.store.backend!r} is not available in this version")
+
+
+def create_app(
+    settings: Settings, *, store: EventStore | None = None, metrics: Metrics | None = None
+) -> web.Application:
+    """Build the gateway application.
+
+    Args:
+        settings: validated settings; ``upstream.url`` must be set.
+        store: event store to use instead of the one ``settings.store`` describes.
+        metrics: metrics registry to use instead of a new one.
+
+    Returns:
+        The application: the MCP endpoint at ``server.path``, ``/healthz``, ``/readyz``,
+        ``/metrics`` (when enabled), and every other path relayed to the upstream.
+
+    Raises:
+        ConfigError: ``upstream.url`` is missing, or the store backend is unknown.
+    """
+    if settings.upstream.url is None:
+        raise ConfigError("upstream.url is required (--upstream URL, or [upstream] url)")
+    app = web.Application(
+        middlewares=[request_context],
+        client_max_size=settings.server.max_body_bytes,
+    )
+    app[SETTINGS] = settings
+    app[STORE] = store if store is not None else _default_store(settings)
+    app[METRICS] = metrics if metrics is not None else Metrics()
+    app[STATE] = GatewayState()
+    app[REGISTRY] = Registry()
+    app[REPLICA_ID] = secrets.token_hex(8)
+    app.cleanup_ctx.append(_store_lifetime)
+    app.cleanup_ctx.append(_upstream_client)
+    app.cleanup_ctx.append(_registry_lifetime)
+    app.on_shutdown.append(_start_drain)
+
+    app.router.add_get(HEALTH_PATH, relay.health)
+    app.router.add_get(READY_PATH, relay.ready)
+    if settings.metrics.enabled:
+        app.router.add_get(METRICS_PATH, relay.metrics)
+    app.router.add_route("*", settings.server.path, relay.relay_mcp)
+    app.router.add_route("*", "/{tail:.*}", relay.relay_other)
+    return app
+
+
+async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
+    async with make_client_session(app[SETTINGS].upstream) as client:
+        app[UPSTREAM_CLIENT] = client
+        yield
+
+
+async def _registry_lifetime(app: web.Application) -> AsyncIterator[None]:
+    """Pumps finish their upstream requests (up to the drain timeout), then are cancelled."""
+    yield
+    cancelled = await app[REGISTRY].close(app[SETTINGS].server.drain_timeout_s)
+    log.info("shutdown.pumps_stopped", cancelled=cancelled)
+
+
+async def _store_lifetime(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[STORE].close()
+
+
+async def _start_drain(app: web.Application) -> None:
+    """Shutdown step one: readiness goes false so load balancers stop sending new requests."""
+    app[STATE].draining = True
+    app[REGISTRY].closing = True
+    attachments = app[REGISTRY].attachments()
+    log.info("shutdown.draining", connections=len(attachments), streams=len(app[STATE].streams))
+    # Close client connections at jittered times so their reconnections do not arrive as one
+    # storm at the other replicas.
+    spread_s = min(app[SETTINGS].server.drain_timeout_s / 4, DRAIN_SPREAD_S)
+    for attachment in attachments:
+        asyncio.get_running_loop().call_later(
+            random.uniform(0, spread_s),  # noqa: S311 - jitter, not a secret
+            attachment.stop,
+            DRAINING,
+        )
+    if attachments:
+        await asyncio.sleep(spread_s)

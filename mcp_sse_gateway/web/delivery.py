@@ -1,0 +1,225 @@
+"""Deliver one managed stream to one client connection (DESIGN D4, D6).
+
+One cursor serves replay and live tail: the connection reads the store after its cursor in
+bounded batches, writes the events with the gateway's ids, and waits for the store to wake it
+when it has caught up. Nothing is sent twice and nothing is skipped at the switch, because there
+is no switch. The connection:
+
+* opens with a priming event (``id`` + ``retry`` + empty ``data``) on sessions of the primed era;
+* sends ``: keepalive`` comments when idle for ``sse.keepalive_s``;
+* closes after the terminal marker, or on purpose after ``sse.poll_after_ms`` (polling), after
+  ``store.replay_max_passes`` full replay batches that never caught up, when a newer connection
+  replaces it, or on drain: always after a ``retry`` field where the era allows one;
+* is cut, without stalling anyone, when a write blocks for ``sse.slow_reader_cut_s`` (a slow
+  reader resumes from the store).
+
+Sources: WHATWG HTML, server-sent events; MCP 2025-11-25 transports, "Resumability and
+Redelivery", SEP-1699.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.errors import UnknownStream
+from mcp_sse_gateway.event_ids import event_id, priming_id
+from mcp_sse_gateway.registry import Registry
+from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming, encode_retry
+from mcp_sse_gateway.store.base import EventStore
+
+log = structlog.get_logger("mcp_sse_gateway.delivery")
+
+SSE_RESPONSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+KEEPALIVE = encode_comment("keepalive")
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What one connection delivered, for the canonical log line.
+
+    Attributes:
+        events: events written.
+        cursor: the last offset written (or the starting cursor).
+        ended: why the connection ended: ``finished``, ``poll``, ``replay_bound``, a registry
+            reason (``superseded``, ``draining``), ``slow_reader`` or ``client_gone``.
+    """
+
+    events: int
+    cursor: int
+    ended: str = ""
+
+
+class _SlowReaderError(Exception):
+    pass
+
+
+async def deliver(
+    request: web.Request,
+    *,
+    store: EventStore,
+    registry: Registry,
+    settings: Settings,
+    session_id: str,
+    session_key: str,
+    life: str,
+    cursor: int,
+    primes: bool,
+    resuming: bool = False,
+    headers: dict[str, str] | None = None,
+) -> tuple[web.StreamResponse, Delivery]:
+    """Stream *life* to the client from *cursor* until one of the closes above.
+
+    Args:
+        request: the client's request.
+        store: the event store holding the stream.
+        registry: to attach (replacing an older connection to the same stream).
+        settings: ``sse`` and ``store`` sections apply.
+        session_id: the request's ``Mcp-Session-Id``.
+        session_key: its digest.
+        life: the stream life.
+        cursor: deliver events with offsets after this one.
+        primes: the session's era opens with a priming event and may close on purpose.
+        resuming: a resume (GET + ``Last-Event-ID``): what is stored is replayed before a
+            polling close, even with ``poll_after_ms = 0``.
+        headers: extra response headers (e.g. ``Mcp-Session-Id`` relayed from the upstream).
+
+    Returns:
+        The prepared (and ended) response, and what was delivered.
+
+    Raises:
+        asyncio.CancelledError: the client went away (the stream and its pump are unaffected).
+    """
+    sse = settings.sse
+    response = web.StreamResponse(status=200, headers={**(headers or {}), **SSE_RESPONSE_HEADERS})
+    await response.prepare(request)
+    attachment = registry.attach((session_key, life))
+    delivery = Delivery(events=0, cursor=cursor)
+    try:
+        await _run(
+            response,
+            delivery,
+            store=store,
+            settings=settings,
+            session_id=session_id,
+            life=life,
+            primes=primes,
+            resuming=resuming,
+        )
+    except asyncio.CancelledError:
+        if attachment.reason is None:
+            delivery.ended = "client_gone"
+            raise
+        # Told to stop by the registry (a newer connection, or drain): end politely.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        delivery.ended = attachment.reason
+        await _close_with_retry(response, sse.retry_ms)
+    except _SlowReaderError:
+        delivery.ended = "slow_reader"
+        log.info("subscriber.dropped_slow", cursor=delivery.cursor)
+        if request.transport is not None:
+            request.transport.close()
+        return response, delivery
+    except ConnectionResetError:
+        delivery.ended = "client_gone"
+        return response, delivery
+    except UnknownStream:
+        # Dropped while attached (session deleted or expired): nothing more will come.
+        delivery.ended = "stream_dropped"
+        await _close_with_retry(response, sse.retry_ms)
+    finally:
+        registry.detach(attachment)
+    return response, delivery
+
+
+async def _write(response: web.StreamResponse, data: bytes, timeout_s: float) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            await response.write(data)
+    except TimeoutError:
+        raise _SlowReaderError from None
+
+
+async def _close_with_retry(response: web.StreamResponse, retry_ms: int) -> None:
+    """Send ``retry`` then end the response: a client that reconnects waits *retry_ms*."""
+    try:
+        await response.write(encode_retry(retry_ms))
+        await response.write_eof()
+    except ConnectionResetError:
+        pass
+
+
+async def _run(  # noqa: C901 - one loop: replay and live tail share one cursor
+    response: web.StreamResponse,
+    delivery: Delivery,
+    *,
+    store: EventStore,
+    settings: Settings,
+    session_id: str,
+    life: str,
+    primes: bool,
+    resuming: bool,
+) -> None:
+    sse = settings.sse
+    cut_s = sse.slow_reader_cut_s
+    batch = settings.store.replay_batch_events
+    opened = time.monotonic()
+    close_at = (
+        opened + sse.poll_after_ms / 1000 if primes and sse.poll_after_ms is not None else None
+    )
+    if primes:
+        await _write(
+            response, encode_priming(priming_id(life, delivery.cursor), sse.retry_ms), cut_s
+        )
+        if sse.poll_after_ms == 0 and not resuming:
+            delivery.ended = "poll"
+            await _close_with_retry(response, sse.retry_ms)
+            return
+    replaying = True
+    full_batches = 0
+    while True:
+        result = await store.read(session_id, life, delivery.cursor, batch)
+        if result.events:
+            wire = b"".join(
+                encode_event(e.data, event=e.event, id=event_id(life, e.offset))
+                for e in result.events
+            )
+            await _write(response, wire, cut_s)
+            delivery.cursor = result.events[-1].offset
+            delivery.events += len(result.events)
+        if result.finished:
+            delivery.ended = "finished"
+            await _close_with_retry(response, sse.retry_ms)
+            return
+        if len(result.events) == batch:
+            full_batches += 1
+            if replaying and full_batches >= settings.store.replay_max_passes:
+                delivery.ended = "replay_bound"
+                await _close_with_retry(response, sse.retry_ms)
+                return
+            continue
+        replaying = False
+        full_batches = 0
+        if result.events:
+            continue
+        now = time.monotonic()
+        if close_at is not None and now >= close_at:
+            delivery.ended = "poll"
+            await _close_with_retry(response, sse.retry_ms)
+            return
+        wait_s = sse.keepalive_s if close_at is None else min(sse.keepalive_s, close_at - now)
+        if not await store.wait(session_id, life, delivery.cursor, wait_s) and (
+            close_at is None or time.monotonic() < close_at
+        ):
+            await _write(response, KEEPALIVE, cut_s)

@@ -1,0 +1,35 @@
+"""Typed keys of the objects the app shares between handlers."""
+
+from __future__ import annotations
+
+import aiohttp
+from aiohttp import web
+
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.metrics import Metrics
+from mcp_sse_gateway.registry import Registry
+from mcp_sse_gateway.store.base import EventStore
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE = web.AppKey("store", EventStore)
+METRICS = web.AppKey("metrics", Metrics)
+UPSTREAM_CLIENT = web.AppKey("upstream_client", aiohttp.ClientSession)
+
+
+class GatewayState:
+    """Mutable, process-wide state of one gateway app.
+
+    Attributes:
+        draining: set on shutdown; ``/readyz`` answers 503 from then on.
+        streams: the client responses currently relaying a stream, closed on shutdown.
+    """
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.streams: set[web.StreamResponse] = set()
+
+
+STATE = web.AppKey("state", GatewayState)
+REGISTRY = web.AppKey("registry", Registry)
+#: This replica's id (random per process): the owner recorded on the streams it pumps.
+REPLICA_ID = web.AppKey("replica_id", str)

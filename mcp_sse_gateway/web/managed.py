@@ -1,0 +1,379 @@
+"""Managed streams of resumable sessions: POST (D4), standalone GET (D5), resume (D6).
+
+The upstream request of a managed POST runs in an app-owned task from the start, so a client
+that disconnects (even before the response headers) never aborts the tool call upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.eras import Era
+from mcp_sse_gateway.errors import CursorGone, InvalidEventId, UnknownStream, UpstreamError
+from mcp_sse_gateway.event_ids import new_life, parse_event_id
+from mcp_sse_gateway.headers import client_response_headers
+from mcp_sse_gateway.pump import Chunks, run_pump
+from mcp_sse_gateway.registry import Registry
+from mcp_sse_gateway.store.base import EventStore, session_digest
+from mcp_sse_gateway.web.delivery import SSE_RESPONSE_HEADERS, deliver
+from mcp_sse_gateway.web.keys import METRICS, REGISTRY, REPLICA_ID, SETTINGS, STORE, UPSTREAM_CLIENT
+from mcp_sse_gateway.web.passthrough import relay_response
+from mcp_sse_gateway.web.upstream import open_upstream
+
+log = structlog.get_logger("mcp_sse_gateway.managed")
+
+#: Response headers of the upstream that describe its body, replaced by the gateway's own.
+_BODY_HEADERS = frozenset(
+    {"content-type", "cache-control", "content-encoding", "x-accel-buffering"}
+)
+#: Upstream statuses after which the standalone stream is not re-opened (D5).
+_STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    """Everything needed to send (and re-send as a GET) one request upstream."""
+
+    url: Any
+    headers: list[tuple[str, str]]
+
+
+def standalone_life(session_id: str) -> str:
+    """The one stream life of a session's standalone GET stream (D5): stable for the session.
+
+    Derived with a different hash key than :func:`session_digest`, so the digests in logs
+    reveal nothing of it; it is only meaningful together with the session id anyway.
+    """
+    return hashlib.blake2b(
+        session_id.encode("utf-8", "surrogatepass"), key=b"standalone-stream", digest_size=16
+    ).hexdigest()
+
+
+async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    finally:
+        response.close()
+
+
+def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+    return response.status == HTTPStatus.OK and response.content_type == "text/event-stream"
+
+
+def _relayed_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
+    return {
+        name: value
+        for name, value in client_response_headers(
+            list(response.headers.items()), keep_length=False
+        )
+        if name.lower() not in _BODY_HEADERS
+    }
+
+
+def _reopen_headers(call: UpstreamCall, last_event_id: str) -> list[tuple[str, str]]:
+    keep = [
+        (n, v)
+        for n, v in call.headers
+        if n.lower() not in {"content-type", "accept", "last-event-id"}
+    ]
+    return [*keep, ("Accept", "text/event-stream"), ("Last-Event-ID", last_event_id)]
+
+
+class ManagedStreams:
+    """The handlers' side of managed streams, bound to one app's shared objects."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+
+    @property
+    def store(self) -> EventStore:
+        """The app's event store."""
+        return self._app[STORE]
+
+    @property
+    def registry(self) -> Registry:
+        """The app's task and attachment registry."""
+        return self._app[REGISTRY]
+
+    @property
+    def settings(self) -> Settings:
+        """The app's settings."""
+        return self._app[SETTINGS]
+
+    async def _open(
+        self, method: str, call: UpstreamCall, body: bytes | None
+    ) -> aiohttp.ClientResponse:
+        response, waited_s = await open_upstream(
+            self._app[UPSTREAM_CLIENT],
+            method,
+            call.url,
+            call.headers,
+            body,
+            headers_timeout_s=self.settings.upstream.headers_timeout_s,
+        )
+        self._app[METRICS].upstream_headers_seconds.observe(waited_s)
+        return response
+
+    def _reopener(self, call: UpstreamCall) -> Any:
+        async def reopen(last_event_id: str) -> Chunks | None:
+            try:
+                response = await self._open(
+                    "GET", UpstreamCall(call.url, _reopen_headers(call, last_event_id)), None
+                )
+            except UpstreamError:
+                return None
+            if not _is_event_stream(response):
+                response.close()
+                return None
+            return _chunks(response)
+
+        return reopen
+
+    # POST ---------------------------------------------------------------------------------
+
+    async def post(
+        self,
+        request: web.Request,
+        *,
+        session_id: str,
+        era: Era,
+        call: UpstreamCall,
+        body: bytes | None,
+        request_ids: list[jsonrpc.JSONRPCId],
+    ) -> web.StreamResponse:
+        """Forward a POST of a resumable session; an SSE answer becomes a managed stream."""
+        opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.registry.spawn(
+            self._start_post(session_id, call, body, request_ids, opened), name="post.open"
+        )
+        try:
+            # Waiting on the future, not the task: a client that leaves cancels only the wait.
+            await asyncio.wait({opened})
+        except asyncio.CancelledError:
+            opened.add_done_callback(_close_unclaimed)
+            raise
+        response, life = opened.result()
+        if life is None:
+            async with response:
+                return await relay_response(request, response)
+        response_headers = _relayed_headers(response)
+        out, delivery = await deliver(
+            request,
+            store=self.store,
+            registry=self.registry,
+            settings=self.settings,
+            session_id=session_id,
+            session_key=session_digest(session_id),
+            life=life,
+            cursor=0,
+            primes=era.primes,
+            headers=response_headers,
+        )
+        log.info("stream.delivered", life=life[:8], events=delivery.events, ended=delivery.ended)
+        return out
+
+    async def _start_post(
+        self,
+        session_id: str,
+        call: UpstreamCall,
+        body: bytes | None,
+        request_ids: list[jsonrpc.JSONRPCId],
+        opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]],
+    ) -> None:
+        try:
+            response = await self._open("POST", call, body)
+        except BaseException as exc:
+            if not opened.done():
+                opened.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        if not _is_event_stream(response):
+            opened.set_result((response, None))
+            return
+        life = new_life()
+        try:
+            await self.store.create_stream(
+                session_id, life, kind="request", owner=self._app[REPLICA_ID]
+            )
+        except BaseException as exc:
+            response.close()
+            opened.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        opened.set_result((response, life))
+        result = await run_pump(
+            self.store,
+            session_id,
+            life,
+            _chunks(response),
+            request_ids=request_ids,
+            max_event_bytes=self.settings.store.max_event_bytes,
+            reopen=self._reopener(call),
+        )
+        log.info(
+            "stream.finished",
+            life=life[:8],
+            events=result.events,
+            broken=result.broken,
+            pending=len(result.pending),
+        )
+
+    # GET ----------------------------------------------------------------------------------
+
+    async def resume(
+        self, request: web.Request, *, session_id: str, era: Era, last_event_id: str
+    ) -> web.StreamResponse:
+        """Answer GET + ``Last-Event-ID`` from the store (D6); never forwarded upstream.
+
+        Raises:
+            InvalidEventId: malformed, or an offset this stream never reached.
+            UnknownStream: no such stream life under this session.
+            CursorGone: the events after the cursor were trimmed.
+        """
+        cursor = parse_event_id(last_event_id)
+        if cursor is None:
+            raise InvalidEventId
+        info = await self.store.stream_info(session_id, cursor.life)
+        if info is None:
+            raise UnknownStream
+        if cursor.offset > info.last_offset:
+            raise InvalidEventId
+        if cursor.offset + 1 < info.first_offset:
+            raise CursorGone
+        if info.finished and cursor.offset >= info.last_offset:
+            # 204 makes EventSource and the SDK clients stop reconnecting: nothing will follow.
+            return web.Response(status=204, headers={"Content-Type": "text/event-stream"})
+        if info.kind == "standalone":
+            await self._ensure_standalone(request, session_id, None)
+        out, delivery = await deliver(
+            request,
+            store=self.store,
+            registry=self.registry,
+            settings=self.settings,
+            session_id=session_id,
+            session_key=session_digest(session_id),
+            life=cursor.life,
+            cursor=cursor.offset,
+            primes=era.primes,
+            resuming=True,
+        )
+        log.info(
+            "stream.resumed",
+            life=cursor.life[:8],
+            from_offset=cursor.offset,
+            events=delivery.events,
+            ended=delivery.ended,
+        )
+        return out
+
+    async def standalone(
+        self, request: web.Request, *, session_id: str, era: Era, call: UpstreamCall
+    ) -> web.StreamResponse:
+        """A plain GET: attach to the session's standalone stream at its live end (D5)."""
+        life = standalone_life(session_id)
+        refused = await self._ensure_standalone(request, session_id, call)
+        if refused is not None:
+            return refused
+        info = await self.store.stream_info(session_id, life)
+        cursor = info.last_offset if info is not None else 0
+        out, _ = await deliver(
+            request,
+            store=self.store,
+            registry=self.registry,
+            settings=self.settings,
+            session_id=session_id,
+            session_key=session_digest(session_id),
+            life=life,
+            cursor=cursor,
+            primes=era.primes,
+        )
+        return out
+
+    async def _ensure_standalone(
+        self, request: web.Request, session_id: str, call: UpstreamCall | None
+    ) -> web.StreamResponse | None:
+        """Keep one upstream GET open for the session; relay the upstream's refusal if any."""
+        key = session_digest(session_id)
+        running = self.registry.standalone.get(key)
+        if running is not None and not running.done():
+            return None
+        if call is None:
+            return None
+        response = await self._open("GET", call, None)
+        if not _is_event_stream(response):
+            async with response:
+                return await relay_response(request, response)
+        life = standalone_life(session_id)
+        if await self.store.stream_info(session_id, life) is None:
+            await self.store.create_stream(
+                session_id, life, kind="standalone", owner=self._app[REPLICA_ID]
+            )
+        self.registry.standalone[key] = self.registry.spawn(
+            self._standalone_pump(session_id, life, call, response), name="standalone.pump"
+        )
+        return None
+
+    async def _standalone_pump(
+        self, session_id: str, life: str, call: UpstreamCall, response: aiohttp.ClientResponse
+    ) -> None:
+        key = session_digest(session_id)
+        retry_s = self.settings.sse.retry_ms / 1000
+        try:
+            while True:
+                await run_pump(
+                    self.store,
+                    session_id,
+                    life,
+                    _chunks(response),
+                    request_ids=[],
+                    max_event_bytes=self.settings.store.max_event_bytes,
+                    finish=False,
+                )
+                record = await self.store.get_session(session_id, refresh=False)
+                if self.registry.closing or record is None or record.deleted:
+                    return
+                # The upstream closed its GET stream: re-open it so server-initiated messages
+                # keep being stored while the client is away.
+                await asyncio.sleep(retry_s)
+                try:
+                    response = await self._open("GET", call, None)
+                except UpstreamError:
+                    continue
+                if (
+                    response.status in _STANDALONE_STOP
+                    or response.content_type != "text/event-stream"
+                ):
+                    response.close()
+                    await self.store.finish(session_id, life)
+                    return
+        finally:
+            if self.registry.standalone.get(key) is asyncio.current_task():
+                del self.registry.standalone[key]
+
+
+def _close_unclaimed(future: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]]) -> None:
+    """The client left before the upstream answered: close a non-stream answer nobody reads."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    response, life = future.result()
+    if life is None:
+        response.close()
+
+
+__all__ = ["SSE_RESPONSE_HEADERS", "ManagedStreams", "UpstreamCall", "standalone_life"]

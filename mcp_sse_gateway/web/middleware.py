@@ -1,0 +1,124 @@
+"""Request middleware: the one table from errors to HTTP status, and the canonical log line.
+
+Every error the gateway answers itself carries a JSON-RPC error body (MCP clients parse one)
+and never a stack trace or a value taken from the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+
+import structlog
+from aiohttp import web
+
+from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    HostNotAllowed,
+    MethodNotAllowed,
+    OriginNotAllowed,
+    SessionGone,
+    StoreLimitExceeded,
+    StoreUnavailable,
+    StreamError,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+from mcp_sse_gateway.store.base import session_digest
+from mcp_sse_gateway.web.keys import METRICS
+
+log = structlog.get_logger("mcp_sse_gateway.request")
+
+#: Error class → (HTTP status, JSON-RPC code, message). The first matching class in MRO order
+#: wins. The gateway never answers 404 on its own: to MCP clients it means "session gone".
+STATUS_BY_ERROR: dict[type[GatewayError], tuple[int, int, str]] = {
+    HostNotAllowed: (403, -32600, "Forbidden: Host not allowed"),
+    OriginNotAllowed: (403, -32600, "Forbidden: Origin not allowed"),
+    BodyTooLarge: (413, -32600, "Request body too large"),
+    MethodNotAllowed: (405, -32600, "Method not allowed"),
+    UpstreamConnectError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream unreachable"),
+    UpstreamTimeout: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream timed out"),
+    UpstreamProtocolError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream failed"),
+    UpstreamError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream failed"),
+    StoreUnavailable: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Event store unavailable"),
+    StoreLimitExceeded: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Too many open streams"),
+    StreamError: (400, -32600, "Bad Request: Last-Event-ID cannot be resumed"),
+    SessionGone: (404, -32001, "Session not found"),
+}
+#: Logged (never sent) when the client went away before the answer: nginx's convention.
+CLIENT_CLOSED_REQUEST = 499
+#: Longer paths are cut in logs (they are client-controlled).
+MAX_LOGGED_PATH = 256
+#: Seconds a client is told to wait when the store is down.
+STORE_RETRY_AFTER_S = 1
+
+
+def _status_for(exc: GatewayError) -> tuple[int, int, str]:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_BY_ERROR:
+            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+    return 500, -32603, "Internal error"
+
+
+def error_response(exc: GatewayError) -> web.Response:
+    """The client-facing response for a gateway error: status from :data:`STATUS_BY_ERROR`."""
+    status, code, message = _status_for(exc)
+    headers = (
+        {"Retry-After": str(STORE_RETRY_AFTER_S)}
+        if status == HTTPStatus.SERVICE_UNAVAILABLE
+        else None
+    )
+    return web.Response(
+        status=status,
+        body=json.dumps(jsonrpc.error_response(None, code, message)).encode(),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+@web.middleware
+async def request_context(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Bind per-request log context, map gateway errors, log one ``request.finished`` line."""
+    structlog.contextvars.clear_contextvars()
+    session_id = request.headers.get("Mcp-Session-Id")
+    structlog.contextvars.bind_contextvars(
+        request_id=uuid.uuid4().hex[:16],
+        method=request.method,
+        path=request.path[:MAX_LOGGED_PATH],
+        session=session_digest(session_id)[:12] if session_id else None,
+    )
+    started = time.perf_counter()
+    status = 500
+    try:
+        try:
+            response = await handler(request)
+        except GatewayError as exc:
+            response = error_response(exc)
+            if isinstance(exc, UpstreamError):
+                request.app[METRICS].upstream_errors.labels(type(exc).__name__).inc()
+                log.warning("upstream.failed", error=type(exc).__name__, cause=repr(exc.__cause__))
+        status = response.status
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = CLIENT_CLOSED_REQUEST
+        raise
+    finally:
+        request.app[METRICS].requests.labels(request.method, f"{status // 100}xx").inc()
+        log.info(
+            "request.finished",
+            status=status,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+    return response

@@ -1,0 +1,233 @@
+"""The transparent relay (DESIGN D3): every request goes to the one configured upstream.
+
+On the MCP endpoint the gateway also reads what it must know: the request's JSON-RPC messages
+and, for an initialize, the ``protocolVersion`` of the InitializeResult (JSON body or SSE event)
+together with the ``Mcp-Session-Id`` response header, which it records in the store (D2).
+Every other path (OAuth discovery under ``/.well-known/``, anything the server serves) is
+relayed untouched.
+
+Bodies and streams are relayed as they arrive, chunk by chunk: nothing is buffered except a
+JSON answer to an initialize, which must be parsed (bounded by ``store.max_event_bytes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from http import HTTPStatus
+
+import structlog
+from aiohttp import web
+from yarl import URL
+
+from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.eras import Era, era_for
+from mcp_sse_gateway.errors import (
+    BodyTooLarge,
+    HostNotAllowed,
+    InvalidEventId,
+    OriginNotAllowed,
+    SessionGone,
+    StoreError,
+)
+from mcp_sse_gateway.headers import (
+    host_allowed,
+    origin_allowed,
+    peer_trusted,
+    upstream_request_headers,
+)
+from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
+from mcp_sse_gateway.web.keys import METRICS, SETTINGS, STATE, STORE, UPSTREAM_CLIENT
+from mcp_sse_gateway.web.managed import ManagedStreams, UpstreamCall
+from mcp_sse_gateway.web.passthrough import relay_initialize_json, relay_response
+from mcp_sse_gateway.web.upstream import open_upstream
+
+log = structlog.get_logger("mcp_sse_gateway.relay")
+
+
+def check_request_allowed(request: web.Request, settings: Settings) -> None:
+    """Refuse requests whose ``Host`` or ``Origin`` is not allowed (DNS rebinding).
+
+    Raises:
+        HostNotAllowed: the Host header is missing or not in ``server.allowed_hosts``.
+        OriginNotAllowed: an Origin header is present and not in ``server.allowed_origins``.
+    """
+    metrics = request.app[METRICS]
+    if not host_allowed(request.headers.get("Host"), settings.server.allowed_hosts):
+        metrics.rejected.labels("host").inc()
+        raise HostNotAllowed
+    if not origin_allowed(request.headers.get("Origin"), settings.server.allowed_origins):
+        metrics.rejected.labels("origin").inc()
+        raise OriginNotAllowed
+
+
+async def read_body(request: web.Request, limit_bytes: int) -> bytes | None:
+    """The whole request body, or None when the request has none.
+
+    Raises:
+        BodyTooLarge: the declared or actual length exceeds *limit_bytes* (read stops there).
+    """
+    if request.content_length is not None and request.content_length > limit_bytes:
+        raise BodyTooLarge
+    if not request.body_exists:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit_bytes:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _forward_headers(
+    request: web.Request, settings: Settings, *, mcp: bool
+) -> list[tuple[str, str]]:
+    peer = request.remote
+    return upstream_request_headers(
+        list(request.headers.items()),
+        mcp_endpoint=mcp,
+        peer=peer,
+        scheme=request.scheme,
+        host=request.headers.get("Host"),
+        trusted_peer=peer_trusted(peer, settings.server.trusted_proxies),
+    )
+
+
+def upstream_url_for(request: web.Request, settings: Settings, *, mcp: bool) -> URL:
+    """The upstream URL of a request: always the configured origin, never one from the request.
+
+    The MCP endpoint maps to the configured upstream path; any other path keeps its own path
+    and query, relative to the upstream's origin.
+    """
+    configured = URL(str(settings.upstream.url))
+    rel = request.rel_url
+    if mcp:
+        path = configured.raw_path
+        query = rel.raw_query_string or configured.raw_query_string
+    else:
+        path, query = rel.raw_path, rel.raw_query_string
+    return URL.build(
+        scheme=configured.scheme,
+        user=configured.raw_user,
+        password=configured.raw_password,
+        host=configured.raw_host or "",
+        port=configured.explicit_port,
+        path=path,
+        query_string=query,
+        encoded=True,
+    )
+
+
+async def relay_mcp(request: web.Request) -> web.StreamResponse:
+    """Serve one request on the MCP endpoint, by era (D2) and method (D3).
+
+    * no ``Mcp-Session-Id``: relayed as is (initialize answers are read to record the session);
+    * GET + ``Last-Event-ID``: resumed from the store, never forwarded (D6);
+    * GET on a resumable session: the session's standalone stream (D5);
+    * POST on a resumable session: an SSE answer becomes a managed stream (D4);
+    * anything else (DELETE, OPTIONS …): relayed as is; a DELETE also purges the session.
+
+    Raises:
+        SessionGone: the session was deleted (404, as the upstream said).
+        StreamError: a ``Last-Event-ID`` that cannot be resumed (400).
+    """
+    settings = request.app[SETTINGS]
+    check_request_allowed(request, settings)
+    session_id = request.headers.get("Mcp-Session-Id") or None
+    last_event_id = request.headers.get("Last-Event-ID")
+    if request.method == "GET" and last_event_id is not None and session_id is None:
+        raise InvalidEventId
+    era = Era.PASS_THROUGH
+    if session_id is not None:
+        record = await request.app[STORE].get_session(session_id)
+        if record is not None and record.deleted:
+            raise SessionGone
+        era = era_for(session_id, record.protocol_version if record else None)
+    body = await read_body(request, settings.server.max_body_bytes)
+    call = UpstreamCall(
+        upstream_url_for(request, settings, mcp=True),
+        _forward_headers(request, settings, mcp=True),
+    )
+    managed = ManagedStreams(request.app)
+    if session_id is not None and era.resumable:
+        if request.method == "GET" and last_event_id is not None:
+            return await managed.resume(
+                request, session_id=session_id, era=era, last_event_id=last_event_id
+            )
+        if request.method == "GET":
+            return await managed.standalone(request, session_id=session_id, era=era, call=call)
+        if request.method == "POST":
+            messages = jsonrpc.parse_messages(body) if body else None
+            return await managed.post(
+                request,
+                session_id=session_id,
+                era=era,
+                call=call,
+                body=body,
+                request_ids=jsonrpc.request_ids(messages or []),
+            )
+    messages = jsonrpc.parse_messages(body) if request.method == "POST" and body else None
+    initialize = request.method == "POST" and jsonrpc.is_initialize(messages)
+    response, waited_s = await open_upstream(
+        request.app[UPSTREAM_CLIENT],
+        request.method,
+        call.url,
+        call.headers,
+        body,
+        headers_timeout_s=settings.upstream.headers_timeout_s,
+    )
+    request.app[METRICS].upstream_headers_seconds.observe(waited_s)
+    async with response:
+        if (
+            request.method == "DELETE"
+            and session_id
+            and (response.ok or response.status == HTTPStatus.NOT_FOUND)
+        ):
+            with contextlib.suppress(StoreError):
+                await request.app[STORE].tombstone_session(session_id)
+        if initialize and response.content_type == "application/json":
+            return await relay_initialize_json(request, response, settings)
+        return await relay_response(request, response, record_initialize=initialize)
+
+
+async def relay_other(request: web.Request) -> web.StreamResponse:
+    """Relay a request on any path other than the MCP endpoint and the gateway's own."""
+    settings = request.app[SETTINGS]
+    check_request_allowed(request, settings)
+    body = await read_body(request, settings.server.max_body_bytes)
+    response, waited_s = await open_upstream(
+        request.app[UPSTREAM_CLIENT],
+        request.method,
+        upstream_url_for(request, settings, mcp=False),
+        _forward_headers(request, settings, mcp=False),
+        body,
+        headers_timeout_s=settings.upstream.headers_timeout_s,
+    )
+    request.app[METRICS].upstream_headers_seconds.observe(waited_s)
+    async with response:
+        return await relay_response(request, response)
+
+
+async def health(request: web.Request) -> web.Response:  # noqa: ARG001 - aiohttp's handler shape
+    """``/healthz``: 200 while the process serves requests (liveness)."""
+    return web.json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    """``/readyz``: 200 when the store answers and the gateway is not draining, else 503."""
+    if request.app[STATE].draining:
+        return web.json_response({"status": "draining"}, status=503)
+    try:
+        await request.app[STORE].ping()
+    except StoreError:
+        return web.json_response({"status": "store unavailable"}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``/metrics``: Prometheus exposition text."""
+    return web.Response(
+        body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )

@@ -1,0 +1,483 @@
+"""Managed streams, era rules and resume (DESIGN D2, D4, D6) against a scripted upstream.
+
+The scripted upstream has no event store and drops the answer of a call whose connection
+closed: everything a client gets back after a drop comes from the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.event_ids import parse_event_id
+from tests.support.scripted import DEADLINE_S
+from tests.support.sse_client import parse, read_events
+
+SESSION = "sess-managed-1"
+
+
+def _init_result(version: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "serverInfo": {"name": "scripted", "version": "1"},
+        },
+    }
+
+
+def _notification(index: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": index}}
+
+
+def _result(request_id: int, text: str = "done") -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": {"content": [{"type": "text", "text": text}]},
+    }
+
+
+class ToolCall:
+    """A scripted tool call: sends notifications 0..n-1 then the result; can pause after k."""
+
+    def __init__(self, total: int, pause_after: int | None = None) -> None:
+        self.total = total
+        self.pause_after = pause_after
+        self.resume = asyncio.Event()
+        self.finished = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for index in range(self.total):
+                if index == self.pause_after:
+                    await asyncio.wait_for(self.resume.wait(), DEADLINE_S)
+                await response.write(
+                    f"id: upstream-{index}\ndata: {json.dumps(_notification(index))}\n\n".encode()
+                )
+            if self.pause_after == self.total:
+                await asyncio.wait_for(self.resume.wait(), DEADLINE_S)
+            await response.write(f"data: {json.dumps(_result(body['id']))}\n\n".encode())
+        finally:
+            self.finished.set()
+        return response
+
+
+async def _initialize(upstream, http, gw, version: str = "2025-11-25", session: str = SESSION):
+    async def initialize(request: web.Request) -> web.StreamResponse:
+        return web.json_response(_init_result(version), headers={"Mcp-Session-Id": session})
+
+    upstream.routes["/mcp"] = initialize
+    response = await http.post(
+        gw.mcp_url,
+        json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}},
+    )
+    assert response.headers["Mcp-Session-Id"] == session
+    await response.read()
+
+
+def _call(request_id: int = 7) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "t"}}
+
+
+def _messages(events) -> list[Any]:
+    return [json.loads(e.data) for e in events if e.data]
+
+
+def _headers(session: str = SESSION, **extra: str) -> dict[str, str]:
+    return {"Mcp-Session-Id": session, "Accept": "text/event-stream, application/json", **extra}
+
+
+async def test_primed_session_gets_priming_then_gateway_ids(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = ToolCall(3).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        assert response.headers["Content-Type"] == "text/event-stream"
+        assert response.headers["Cache-Control"] == "no-cache, no-transform"
+        events, ended = await read_events(response)
+    assert ended
+    priming, *rest = events
+    assert priming.data == "" and priming.retry == 1000 and parse_event_id(priming.id).offset == 0
+    assert [m.get("params", {}).get("data") for m in _messages(rest)[:3]] == [0, 1, 2]
+    assert _messages(rest)[3] == _result(7)
+    ids = [e.id for e in rest if e.data]
+    assert all(i and not i.startswith("upstream") for i in ids)
+    assert len({*ids, priming.id}) == len(ids) + 1
+    assert [parse_event_id(i).offset for i in ids] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-06-18", None])
+async def test_older_or_unknown_sessions_get_ids_but_no_priming(upstream, gateway, http, version):
+    async with gateway(upstream.url) as gw:
+        session = SESSION
+        if version is not None:
+            await _initialize(upstream, http, gw, version=version)
+        else:
+            session = "never-initialized-through-the-gateway"
+        upstream.routes["/mcp"] = ToolCall(2).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers(session))
+        events, _ = await read_events(response)
+    assert events[0].data is not None and events[0].data != ""
+    assert all(parse_event_id(e.id) for e in events if e.data)
+    assert _messages(events)[-1] == _result(7)
+
+
+async def test_no_session_is_passed_through_with_upstream_ids(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        upstream.routes["/mcp"] = ToolCall(2).handle
+        response = await http.post(gw.mcp_url, json=_call())
+        events, _ = await read_events(response)
+    assert [e.id for e in events] == ["upstream-0", "upstream-1", None]
+
+
+@pytest.mark.parametrize("drop_after", [0, 1, 5, 9, 10])
+async def test_drop_after_k_and_resume_gets_every_message_once(upstream, gateway, http, drop_after):
+    """Drop at the start, middle, just before and just after the last notification."""
+    call = ToolCall(10, pause_after=drop_after)
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=1 + drop_after)
+        response.close()
+        call.resume.set()
+        await asyncio.wait_for(call.finished.wait(), DEADLINE_S)
+        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        assert resumed.status == 200
+        second, ended = await read_events(resumed)
+    assert ended
+    assert second[0].data == ""  # priming of the resumed connection
+    received = _messages(first) + _messages(second)
+    indexes = [m["params"]["data"] for m in received if "method" in m]
+    assert indexes == list(range(10))
+    assert received[-1] == _result(7)
+
+
+async def test_resume_twice_in_a_row_and_mid_call(upstream, gateway, http):
+    call = ToolCall(6, pause_after=4)
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=3)
+        response.close()
+        again = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        second, _ = await read_events(again, until=1)  # the call is still paused upstream
+        again.close()
+        call.resume.set()
+        third_response = await http.get(
+            gw.mcp_url, headers=_headers(**{"Last-Event-ID": second[-1].id})
+        )
+        third, ended = await read_events(third_response)
+    assert ended
+    received = _messages(first) + _messages(second) + _messages(third)
+    assert [m["params"]["data"] for m in received if "method" in m] == list(range(6))
+    assert received[-1] == _result(7)
+
+
+async def test_poll_after_zero_closes_right_after_priming(upstream, gateway, http):
+    call = ToolCall(3)
+    async with gateway(upstream.url, sse={"poll_after_ms": 0}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, ended = await read_events(response)
+        assert ended
+        assert [e.data for e in events if e.data is not None] == [""]
+        assert events[-1].retry == 1000
+        cursor = events[0].id
+        received: list[Any] = []
+        for _ in range(20):
+            poll = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": cursor}))
+            if poll.status == 204:
+                break
+            assert poll.status == 200
+            got, _ = await read_events(poll)
+            received += _messages(got)
+            cursor = [e.id for e in got if e.id][-1]
+            if received and received[-1].get("id") == 7:
+                break
+    assert [m["params"]["data"] for m in received if "method" in m] == [0, 1, 2]
+    assert received[-1] == _result(7)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "garbage",
+        "0" * 32 + "-1",
+        "../../etc/passwd",
+        "x" * 5000,
+    ],
+)
+async def test_bad_or_unknown_cursor_gets_400_without_echo(upstream, gateway, http, value):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        response = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": value}))
+        assert response.status == 400
+        body = await response.text()
+        assert value[:20] not in body
+        assert json.loads(body)["error"]["code"] == -32600
+    assert all(r["method"] != "GET" for r in upstream.requests)
+
+
+async def test_cursor_of_another_session_gets_400(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = ToolCall(2).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, _ = await read_events(response)
+        await _initialize(upstream, http, gw, session="other-session")
+        foreign = await http.get(
+            gw.mcp_url, headers=_headers("other-session", **{"Last-Event-ID": events[1].id})
+        )
+        assert foreign.status == 400
+
+
+async def test_offset_beyond_what_was_sent_gets_400(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = ToolCall(2).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, _ = await read_events(response)
+        life = parse_event_id(events[0].id).life
+        forged = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": f"{life}-99"}))
+        assert forged.status == 400
+
+
+async def test_cursor_at_end_of_finished_stream_stops_the_client(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = ToolCall(1).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, _ = await read_events(response)
+        last = [e.id for e in events if e.data][-1]
+        again = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": last}))
+        assert again.status == 204
+        replay = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": events[0].id}))
+        got, ended = await read_events(replay)
+    assert ended
+    assert _messages(got) == _messages(events)
+
+
+async def test_deleted_session_gets_404(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = ToolCall(1).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, _ = await read_events(response)
+
+        async def deleted(request: web.Request) -> web.StreamResponse:
+            return web.Response(status=200)
+
+        upstream.routes["/mcp"] = deleted
+        assert (await http.delete(gw.mcp_url, headers=_headers())).status == 200
+        gone = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": events[0].id}))
+        assert gone.status == 404
+        post = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        assert post.status == 404
+
+
+async def test_upstream_break_gives_jsonrpc_error_for_each_pending_request(upstream, gateway, http):
+    async def breaks(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await response.write(f"data: {json.dumps(_result(2))}\n\n".encode())
+        request.transport.close()  # the upstream dies mid-call
+        return response
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = breaks
+        batch = [_call(1), _call(2), _call(3)]
+        response = await http.post(gw.mcp_url, json=batch, headers=_headers())
+        events, ended = await read_events(response)
+    assert ended
+    messages = _messages(events)
+    assert messages[1] == _result(2)
+    errors = {m["id"]: m["error"] for m in messages if "error" in m}
+    assert set(errors) == {1, 3}
+    assert {e["code"] for e in errors.values()} == {jsonrpc.UPSTREAM_STREAM_BROKEN}
+
+
+async def test_resumable_upstream_is_resumed_with_its_own_last_event_id(upstream, gateway, http):
+    """An upstream with an event store primes, closes on purpose, and expects a GET."""
+
+    async def primes_and_closes(request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            await response.write(b"id: up-0\nretry: 10\ndata:\n\n")
+            await response.write(f"id: up-1\ndata: {json.dumps(_notification(0))}\n\n".encode())
+            return response
+        assert request.headers["Last-Event-ID"] == "up-1"
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"id: up-2\ndata: {json.dumps(_result(7))}\n\n".encode())
+        return response
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = primes_and_closes
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, ended = await read_events(response)
+    assert ended
+    assert _messages(events) == [_notification(0), _result(7)]
+    assert [r["method"] for r in upstream.requests][-2:] == ["POST", "GET"]
+    assert upstream.header(len(upstream.requests) - 1, "Mcp-Session-Id") == [SESSION]
+
+
+async def test_newer_resume_replaces_the_older_connection(upstream, gateway, http):
+    call = ToolCall(4, pause_after=2)
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=3)
+        older = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        await read_events(older, until=1)
+        newer = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        await read_events(newer, until=1)
+        closed, ended = await read_events(older)
+        assert ended
+        assert closed[-1].retry == 1000
+        call.resume.set()
+        rest, ended = await read_events(newer)
+    assert ended
+    assert _messages(rest)[-1] == _result(7)
+
+
+async def test_keepalive_comments_on_an_idle_stream(upstream, gateway, http):
+    call = ToolCall(1, pause_after=1)
+    async with gateway(upstream.url, sse={"keepalive_s": 0.05}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, _ = await read_events(response, until=4)
+        call.resume.set()
+        rest, _ = await read_events(response)
+    assert any("keepalive" in e.comments for e in events + rest)
+    assert _messages(events + rest)[-1] == _result(7)
+
+
+async def test_parse_helper_is_independent():
+    assert parse(b"id: a\r\ndata: x\r\n\r\n: c\n\n")[0].id == "a"
+
+
+class StandaloneUpstream:
+    """The upstream's GET stream: sends what the test queues; counts GETs; closes on demand."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.gets = 0
+        self.opened = asyncio.Condition()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        assert request.method == "GET"
+        assert "Last-Event-ID" not in request.headers
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        async with self.opened:
+            self.gets += 1
+            self.opened.notify_all()
+        while (item := await self.queue.get()) is not None:
+            await response.write(item)
+        return response
+
+    async def wait_gets(self, count: int) -> None:
+        async with self.opened:
+            await asyncio.wait_for(self.opened.wait_for(lambda: self.gets >= count), DEADLINE_S)
+
+    def send(self, index: int) -> None:
+        self.queue.put_nowait(f"data: {json.dumps(_notification(index))}\n\n".encode())
+
+
+async def test_standalone_stream_is_stored_while_the_client_is_away(upstream, gateway, http):
+    standalone = StandaloneUpstream()
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = standalone.handle
+        response = await http.get(gw.mcp_url, headers=_headers())
+        assert response.status == 200
+        await standalone.wait_gets(1)
+        standalone.send(0)
+        first, _ = await read_events(response, until=2)
+        response.close()
+        standalone.send(1)
+        standalone.send(2)
+        standalone.queue.put_nowait(None)  # the upstream closes its GET: the gateway re-opens it
+        await standalone.wait_gets(2)
+        standalone.send(3)
+        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        got, _ = await read_events(resumed, until=4)
+        resumed.close()
+        standalone.queue.put_nowait(None)
+    indexes = [m["params"]["data"] for m in _messages(first) + _messages(got)]
+    assert indexes == [0, 1, 2, 3]
+    lives = {parse_event_id(e.id).life for e in first + got if e.id}
+    assert len(lives) == 1  # one stream life for the whole session
+
+
+async def test_standalone_plain_get_replaces_the_older_connection(upstream, gateway, http):
+    standalone = StandaloneUpstream()
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = standalone.handle
+        older = await http.get(gw.mcp_url, headers=_headers())
+        await standalone.wait_gets(1)
+        standalone.send(0)
+        await read_events(older, until=2)
+        newer = await http.get(gw.mcp_url, headers=_headers())
+        closed, ended = await read_events(older)
+        assert ended
+        assert closed[-1].retry == 1000
+        standalone.send(1)
+        got, _ = await read_events(newer, until=2)
+        newer.close()
+        assert standalone.gets == 1  # still one upstream GET for the session
+    assert [m["params"]["data"] for m in _messages(got)] == [1]  # starts at the live end
+
+
+async def test_standalone_upstream_405_is_relayed(upstream, gateway, http):
+    async def no_get(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=405, headers={"Allow": "POST, DELETE"})
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = no_get
+        response = await http.get(gw.mcp_url, headers=_headers())
+        assert response.status == 405
+        assert response.headers["Allow"] == "POST, DELETE"
+
+
+async def test_injected_line_break_in_last_event_id_gets_400(upstream, gateway, http):
+    """A raw request (clients refuse to send it) with a bare CR inside Last-Event-ID."""
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(
+            b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nMcp-Session-Id: "
+            + SESSION.encode()
+            + b"\r\nLast-Event-ID: "
+            + b"f" * 32
+            + b"-1\revent: injected\r\n"
+            b"Connection: close\r\n\r\n"
+        )
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), DEADLINE_S)
+        writer.close()
+    status = answer.split(b"\r\n", 1)[0]
+    assert status.split()[1] == b"400"
+    assert b"injected" not in answer

@@ -1,0 +1,382 @@
+"""The transparent relay (DESIGN D3) over real HTTP on loopback, against a scripted upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from yarl import URL
+
+from mcp_sse_gateway.store.base import session_digest
+from mcp_sse_gateway.web.keys import STORE
+from tests.support.scripted import DEADLINE_S
+
+
+def _jsonrpc(method: str, request_id: int | None = 1, **params: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if request_id is not None:
+        message["id"] = request_id
+    return message
+
+
+async def test_post_forwards_end_to_end_headers_and_drops_hop_by_hop(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        response = await http.post(
+            URL(gw.mcp_url + "?tenant=a%2Fb%26c&x", encoded=True),
+            json=_jsonrpc("tools/list"),
+            headers={
+                "Authorization": "Bearer t0ken",
+                "Cookie": "a=1",
+                "Mcp-Session-Id": "s-1",
+                "MCP-Protocol-Version": "2025-06-18",
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "Connection": "keep-alive, X-Hop",
+                "X-Hop": "secret",
+                "Keep-Alive": "timeout=5",
+                "Proxy-Authorization": "Basic Zm9vOmJhcg==",
+                "TE": "trailers",
+                "Last-Event-ID": "forged",
+                "Accept-Encoding": "gzip",
+                "Accept": "application/json, text/event-stream",
+            },
+        )
+        assert response.status == 200
+        assert await response.json() == {"path": "/mcp"}
+    seen = upstream.requests[0]
+    assert seen["query"] == "tenant=a%2Fb%26c&x"
+    assert upstream.header(0, "Authorization") == ["Bearer t0ken"]
+    assert upstream.header(0, "Cookie") == ["a=1"]
+    assert upstream.header(0, "Mcp-Session-Id") == ["s-1"]
+    assert upstream.header(0, "MCP-Protocol-Version") == ["2025-06-18"]
+    assert upstream.header(0, "traceparent")
+    for dropped in ("X-Hop", "Keep-Alive", "Proxy-Authorization", "TE", "Last-Event-ID"):
+        assert upstream.header(0, dropped) == [], dropped
+    assert upstream.header(0, "Accept-Encoding") == ["identity"]
+    assert upstream.header(0, "Host") == [upstream.url.split("/")[2]]
+    assert upstream.header(0, "X-Forwarded-For") == ["127.0.0.1"]
+    assert upstream.header(0, "X-Forwarded-Proto") == ["http"]
+    assert upstream.header(0, "X-Forwarded-Host") == [f"127.0.0.1:{gw.port}"]
+    assert json.loads(seen["body"]) == _jsonrpc("tools/list")
+
+
+async def test_untrusted_forwarded_headers_are_replaced(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await http.post(
+            gw.mcp_url,
+            json=_jsonrpc("ping"),
+            headers={"X-Forwarded-For": "6.6.6.6", "X-Forwarded-Host": "evil.example"},
+        )
+    assert upstream.header(0, "X-Forwarded-For") == ["127.0.0.1"]
+    assert upstream.header(0, "X-Forwarded-Host") == [f"127.0.0.1:{gw.port}"]
+
+
+async def test_trusted_proxy_forwarded_headers_are_extended(upstream, gateway, http):
+    async with gateway(upstream.url, server={"trusted_proxies": ["127.0.0.0/8"]}) as gw:
+        await http.post(
+            gw.mcp_url,
+            json=_jsonrpc("ping"),
+            headers={"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"},
+        )
+    assert upstream.header(0, "X-Forwarded-For") == ["203.0.113.7, 127.0.0.1"]
+    assert upstream.header(0, "X-Forwarded-Proto") == ["https"]
+
+
+async def test_401_and_www_authenticate_relayed_verbatim(upstream, gateway, http):
+    async def unauthorized(request: web.Request) -> web.StreamResponse:
+        response = web.json_response({"error": "invalid_token"}, status=401)
+        response.headers.add(
+            "WWW-Authenticate", 'Bearer resource_metadata="https://x/.well-known/y"'
+        )
+        response.headers.add("WWW-Authenticate", 'Basic realm="r"')
+        response.headers.add("Set-Cookie", "a=1")
+        response.headers.add("Set-Cookie", "b=2")
+        return response
+
+    upstream.routes["/mcp"] = unauthorized
+    async with gateway(upstream.url) as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("initialize"))
+        assert response.status == 401
+        assert response.headers.getall("WWW-Authenticate") == [
+            'Bearer resource_metadata="https://x/.well-known/y"',
+            'Basic realm="r"',
+        ]
+        assert response.headers.getall("Set-Cookie") == ["a=1", "b=2"]
+        assert await response.json() == {"error": "invalid_token"}
+
+
+async def test_redirects_are_relayed_not_followed(upstream, gateway, http):
+    async def redirect(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound("/elsewhere")
+
+    upstream.routes["/mcp"] = redirect
+    async with gateway(upstream.url) as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("ping"), allow_redirects=False)
+        assert response.status == 302
+        assert response.headers["Location"] == "/elsewhere"
+    assert [r["path"] for r in upstream.requests] == ["/mcp"]
+
+
+async def test_other_paths_relayed_untouched_and_own_paths_answered(upstream, gateway, http):
+    async def metadata(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"resource": "x"}, headers={"Content-Encoding": "identity"})
+
+    upstream.routes["/.well-known/oauth-protected-resource/mcp"] = metadata
+    async with gateway(upstream.url) as gw:
+        response = await http.get(gw.base_url + "/.well-known/oauth-protected-resource/mcp?q=1")
+        assert response.status == 200
+        assert await response.json() == {"resource": "x"}
+        for path in ("/healthz", "/readyz", "/metrics"):
+            own = await http.get(gw.base_url + path)
+            assert own.status == 200, path
+        missing = await http.get(gw.base_url + "/nope")
+        assert missing.status == 200  # the scripted upstream's word, not the gateway's
+    assert [(r["path"], r["query"]) for r in upstream.requests] == [
+        ("/.well-known/oauth-protected-resource/mcp", "q=1"),
+        ("/nope", ""),
+    ]
+
+
+async def test_upstream_unreachable_gives_502_with_jsonrpc_error(gateway, http):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    async with gateway(f"http://127.0.0.1:{closed_port}/mcp") as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("ping"))
+        assert response.status == 502
+        body = await response.json()
+        assert body["jsonrpc"] == "2.0"
+        assert body["error"]["code"] == -32002
+        assert "Traceback" not in json.dumps(body)
+        assert str(closed_port) not in json.dumps(body)
+
+
+async def test_headers_timeout_gives_502(upstream, gateway, http):
+    never = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.StreamResponse:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    upstream.routes["/mcp"] = hang
+    async with gateway(upstream.url, upstream={"headers_timeout_s": 0.2}) as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("ping"))
+        assert response.status == 502
+
+
+async def test_quiet_stream_is_not_cut_by_the_headers_timeout(upstream, gateway, http):
+    async def quiet_stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        # The quiet period under test: three times the gateway's headers timeout.
+        await asyncio.sleep(0.6)
+        await response.write(b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n')
+        return response
+
+    upstream.routes["/mcp"] = quiet_stream
+    async with gateway(upstream.url, upstream={"headers_timeout_s": 0.2}) as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("tools/call"))
+        assert response.status == 200
+        assert await response.read() == b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'
+
+
+async def test_body_over_limit_gives_413_and_nothing_forwarded(upstream, gateway, http):
+    async with gateway(upstream.url, server={"max_body_bytes": 1024}) as gw:
+        declared = await http.post(gw.mcp_url, data=b"x" * 2048)
+        assert declared.status == 413
+
+        async def chunks():
+            for _ in range(4):
+                yield b"y" * 512
+
+        streamed = await http.post(gw.mcp_url, data=chunks())
+        assert streamed.status == 413
+        assert (await streamed.json())["error"]["message"] == "Request body too large"
+        ok = await http.post(gw.mcp_url, data=b"z" * 1024)
+        assert ok.status == 200
+    assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"Host": "evil.example"}, "Host"),
+        ({"Origin": "https://evil.example"}, "Origin"),
+        ({"Origin": "null"}, "Origin"),
+    ],
+)
+async def test_host_and_origin_checked_before_forwarding(upstream, gateway, http, headers, reason):
+    async with gateway(upstream.url) as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("ping"), headers=headers)
+        assert response.status == 403
+        body = await response.json()
+        assert reason in body["error"]["message"]
+        assert "evil" not in json.dumps(body)
+        other = await http.get(gw.base_url + "/.well-known/x", headers=headers)
+        assert other.status == 403
+        health = await http.get(gw.base_url + "/healthz", headers=headers)
+        assert health.status == 200
+    assert upstream.requests == []
+
+
+async def test_allowed_origin_any_port_passes(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        response = await http.post(
+            gw.mcp_url, json=_jsonrpc("ping"), headers={"Origin": "http://localhost:6274"}
+        )
+        assert response.status == 200
+
+
+async def test_sse_is_relayed_event_by_event(upstream, gateway, http):
+    first_seen = asyncio.Event()
+
+    async def two_events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"id: up-1\ndata: one\n\n")
+        await asyncio.wait_for(first_seen.wait(), DEADLINE_S)
+        await response.write(b"data: two\r\n\r\n")
+        return response
+
+    upstream.routes["/mcp"] = two_events
+    async with gateway(upstream.url) as gw:
+        response = await http.post(
+            gw.mcp_url, json=_jsonrpc("tools/call"), headers={"Accept": "text/event-stream"}
+        )
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers["Cache-Control"] == "no-cache, no-transform"
+        assert response.headers["X-Accel-Buffering"] == "no"
+        assert "Content-Encoding" not in response.headers
+        received = b""
+        while b"\n\n" not in received:
+            received += await response.content.readany()
+        assert received == b"id: up-1\ndata: one\n\n"
+        first_seen.set()
+        assert received + await response.content.read() == (
+            b"id: up-1\ndata: one\n\ndata: two\r\n\r\n"
+        )
+
+
+async def test_client_disconnect_closes_the_pass_through_upstream_request(upstream, gateway, http):
+    upstream_done = asyncio.Event()
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for index in range(10_000):
+                await response.write(f"data: {index}\n\n".encode())
+                await asyncio.sleep(0.01)
+        finally:
+            upstream_done.set()
+        return response
+
+    upstream.routes["/mcp"] = endless
+    async with gateway(upstream.url) as gw:
+        response = await http.post(gw.mcp_url, json=_jsonrpc("tools/call"))
+        assert (await response.content.readany()).startswith(b"data: 0")
+        response.close()
+        await asyncio.wait_for(upstream_done.wait(), DEADLINE_S)
+
+
+async def test_no_connection_pool_cap_queues_calls(upstream, gateway, http):
+    """aiohttp's default pool (100) would queue the 101st call behind 100 open streams."""
+    calls = 120
+    arrived = 0
+    all_arrived = asyncio.Event()
+
+    async def hold(request: web.Request) -> web.StreamResponse:
+        nonlocal arrived
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        arrived += 1
+        if arrived == calls:
+            all_arrived.set()
+        await asyncio.wait_for(all_arrived.wait(), DEADLINE_S)
+        await response.write(b"data: done\n\n")
+        return response
+
+    upstream.routes["/mcp"] = hold
+    connector = aiohttp.TCPConnector(limit=0)
+    async with gateway(upstream.url) as gw, aiohttp.ClientSession(connector=connector) as many:
+
+        async def call() -> bytes:
+            async with many.post(gw.mcp_url, json=_jsonrpc("tools/call")) as response:
+                return await response.read()
+
+        bodies = await asyncio.wait_for(asyncio.gather(*(call() for _ in range(calls))), 30)
+    assert bodies == [b"data: done\n\n"] * calls
+
+
+INIT_RESULT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "result": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "serverInfo": {"name": "scripted", "version": "1"},
+    },
+}
+
+
+@pytest.mark.parametrize("as_sse", [False, True])
+async def test_initialize_records_the_session_version(upstream, gateway, http, as_sse):
+    async def initialize(request: web.Request) -> web.StreamResponse:
+        headers = {"Mcp-Session-Id": "sess-42"}
+        if not as_sse:
+            return web.json_response(INIT_RESULT, headers=headers)
+        response = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        wire = f"event: message\ndata: {json.dumps(INIT_RESULT)}\n\n".encode()
+        for cut in range(0, len(wire), 7):  # the InitializeResult arrives in small pieces
+            await response.write(wire[cut : cut + 7])
+        return response
+
+    upstream.routes["/mcp"] = initialize
+    async with gateway(upstream.url) as gw:
+        response = await http.post(
+            gw.mcp_url, json=_jsonrpc("initialize", protocolVersion="2025-11-25")
+        )
+        assert response.headers["Mcp-Session-Id"] == "sess-42"
+        raw = await response.read()
+        assert json.dumps(INIT_RESULT).encode() in raw
+        record = await gw.app[STORE].get_session("sess-42")
+    assert record is not None
+    assert record.protocol_version == "2025-11-25"
+    assert record.key == session_digest("sess-42")
+
+
+async def test_delete_tombstones_the_session(upstream, gateway, http):
+    upstream.routes["/mcp"] = lambda _request: _respond(web.Response(status=200))
+    async with gateway(upstream.url) as gw:
+        await gw.app[STORE].record_session("sess-del", "2025-11-25")
+        response = await http.delete(gw.mcp_url, headers={"Mcp-Session-Id": "sess-del"})
+        assert response.status == 200
+        record = await gw.app[STORE].get_session("sess-del")
+    assert record is not None
+    assert record.deleted
+
+
+async def _respond(response: web.StreamResponse) -> web.StreamResponse:
+    return response
+
+
+async def test_upstream_closing_before_headers_gives_502(gateway, http):
+    async def slam(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    server = await asyncio.start_server(slam, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with gateway(f"http://127.0.0.1:{port}/mcp") as gw:
+            response = await http.post(gw.mcp_url, json=_jsonrpc("ping"))
+            assert response.status == 502
+            assert (await response.json())["error"]["code"] == -32002
+    finally:
+        server.close()
+        await server.wait_closed()

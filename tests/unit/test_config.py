@@ -1,0 +1,111 @@
+"""Settings: sources and their precedence, validation messages, redaction, the CLI's exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_sse_gateway.cli import main
+from mcp_sse_gateway.config import DEFAULT_RETRY_MS, load_settings
+from mcp_sse_gateway.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_match_the_design_table():
+    settings = load_settings()
+    assert settings.sse.retry_ms == DEFAULT_RETRY_MS == 1000
+    assert settings.sse.poll_after_ms is None
+    assert settings.sse.keepalive_s == 15
+    assert settings.store.backend == "memory"
+    assert settings.store.max_events_per_stream == 10_000
+    assert settings.store.finished_stream_ttl_s == 300
+    assert settings.store.session_idle_ttl_s == 3600
+    assert settings.store.max_streams_per_session == 100
+    assert settings.store.max_event_bytes == 16 * 1024 * 1024
+    assert settings.server.max_body_bytes == 16 * 1024 * 1024
+    assert settings.store.memory_max_bytes == 256 * 1024 * 1024
+    assert (settings.store.heartbeat_s, settings.store.heartbeat_expiry_s) == (5, 15)
+    assert settings.server.drain_timeout_s == 60
+    assert settings.upstream.connect_timeout_s == 10
+    assert settings.upstream.headers_timeout_s == 300
+    assert (settings.store.replay_batch_events, settings.store.replay_max_passes) == (1000, 16)
+    assert settings.sse.slow_reader_cut_s == 10
+    assert settings.upstream.max_connections == 0
+
+
+def test_flags_over_environment_over_file(tmp_path, monkeypatch):
+    path = _toml(
+        tmp_path,
+        '[upstream]\nurl = "http://127.0.0.1:1/mcp"\n[server]\nport = 1000\nhost = "::1"\n'
+        "[sse]\nretry_ms = 5\n",
+    )
+    monkeypatch.setenv("MCP_SSE_GATEWAY_SERVER__PORT", "2000")
+    monkeypatch.setenv("MCP_SSE_GATEWAY_SSE__POLL_AFTER_MS", "0")
+    settings = load_settings(path, {"server": {"port": 3000}})
+    assert settings.server.port == 3000
+    assert settings.server.host == "::1"
+    assert settings.sse.retry_ms == 5
+    assert settings.sse.poll_after_ms == 0
+    assert load_settings(path).server.port == 2000
+    monkeypatch.setenv("MCP_SSE_GATEWAY_CONFIG", str(path))
+    assert str(load_settings().upstream.url) == "http://127.0.0.1:1/mcp"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[server]\nport = 70000\n", "server.port"),
+        ("[sse]\nretry_ms = -1\n", "sse.retry_ms"),
+        ('[upstream]\nurl = "ftp://x"\n', "upstream.url"),
+        ('[store]\nbackend = "redis"\n', "store"),
+        ('[store]\nredis_url = "http://x"\n', "store.redis_url"),
+        ("[server]\nbogus = 1\n", "server.bogus"),
+        ('[server]\ntrusted_proxies = ["10.0.0.0/33"]\n', "server.trusted_proxies"),
+        ('[server]\npath = "mcp"\n', "server.path"),
+    ],
+)
+def test_invalid_values_name_the_key(tmp_path, text, key):
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_toml(tmp_path, text))
+    assert key in str(caught.value)
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "absent.toml")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(_toml(tmp_path, "[server\n"))
+
+
+def test_secrets_are_redacted(tmp_path, capsys):
+    path = _toml(tmp_path, '[store]\nredis_url = "rediss://user:hunter2@redis:6380/0"\n')
+    assert main(["check-config", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    assert json.loads(out)["store"]["redis_url"] == "**********"
+    assert "hunter2" not in repr(load_settings(path))
+
+
+def test_cli_exit_code_2_on_invalid_config(tmp_path, capsys):
+    assert main(["serve", "--config", str(_toml(tmp_path, "[server]\nport = -1\n"))]) == 2
+    assert "server.port" in capsys.readouterr().err
+    assert main(["serve"]) == 2
+    assert "upstream.url" in capsys.readouterr().err
+
+
+def test_example_config_is_valid_and_documents_every_key():
+    settings = load_settings(EXAMPLE)
+    text = EXAMPLE.read_text()
+    for section, values in settings.model_dump().items():
+        assert f"[{section}]" in text, section
+        for key in values:
+            assert f"{key} =" in text or f"# {key} =" in text, f"{section}.{key}"
