@@ -70,10 +70,10 @@ class ServerSentEvent:
 # The frozen dataclass's __init__ goes through object.__setattr__ per field (about 3x slower);
 # the decoder fills the slots directly instead. The result is an ordinary ServerSentEvent.
 _new_event = ServerSentEvent.__new__
-_set_data = ServerSentEvent.data.__set__  # type: ignore[attr-defined]
-_set_event = ServerSentEvent.event.__set__  # type: ignore[attr-defined]
-_set_id = ServerSentEvent.id.__set__  # type: ignore[attr-defined]
-_set_retry = ServerSentEvent.retry.__set__  # type: ignore[attr-defined]
+_set_data = vars(ServerSentEvent)["data"].__set__  # the slots' member descriptors
+_set_event = vars(ServerSentEvent)["event"].__set__
+_set_id = vars(ServerSentEvent)["id"].__set__
+_set_retry = vars(ServerSentEvent)["retry"].__set__
 
 
 def _make_event(

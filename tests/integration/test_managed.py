@@ -108,7 +108,9 @@ async def test_primed_session_gets_priming_then_gateway_ids(upstream, gateway, h
         events, ended = await read_events(response)
     assert ended
     priming, *rest = events
-    assert priming.data == "" and priming.retry == 1000 and parse_event_id(priming.id).offset == 0
+    assert priming.data == ""
+    assert priming.retry == 1000
+    assert parse_event_id(priming.id).offset == 0
     assert [m.get("params", {}).get("data") for m in _messages(rest)[:3]] == [0, 1, 2]
     assert _messages(rest)[3] == _result(7)
     ids = [e.id for e in rest if e.data]
@@ -128,7 +130,8 @@ async def test_older_or_unknown_sessions_get_ids_but_no_priming(upstream, gatewa
         upstream.routes["/mcp"] = ToolCall(2).handle
         response = await http.post(gw.mcp_url, json=_call(), headers=_headers(session))
         events, _ = await read_events(response)
-    assert events[0].data is not None and events[0].data != ""
+    assert events[0].data is not None
+    assert events[0].data != ""
     assert all(parse_event_id(e.id) for e in events if e.data)
     assert _messages(events)[-1] == _result(7)
 

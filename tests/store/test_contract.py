@@ -72,7 +72,8 @@ async def test_finish_marks_the_end_and_reads_report_it(make_store):
     assert (await store.read("s", life, 2, 2)).finished
     info = await store.stream_info("s", life)
     assert (info.first_offset, info.last_offset, info.finished) == (1, 2, True)
-    assert info.kind == "request" and info.owner == "r1"
+    assert info.kind == "request"
+    assert info.owner == "r1"
 
 
 async def test_streams_are_bound_to_their_session(make_store):

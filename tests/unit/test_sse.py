@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import re
 from pathlib import Path
@@ -189,6 +190,16 @@ def test_dispatches_only_with_data() -> None:
     assert E("x", event="e").dispatches
     assert not E(id="1").dispatches
     assert not E(event="e", retry=5).dispatches
+
+
+def test_decoded_events_are_ordinary_frozen_events() -> None:
+    (ev,) = SSEDecoder().feed(b"event: e\nid: 1\nretry: 2\ndata: x\n\n")
+    assert type(ev) is E
+    assert ev == E("x", "e", "1", 2)
+    assert hash(ev) == hash(E("x", "e", "1", 2))
+    assert repr(ev) == repr(E("x", "e", "1", 2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ev.data = "y"  # type: ignore[misc]
 
 
 def test_comments_are_counted() -> None:
