@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from mcp_sse_gateway import jsonrpc
-from mcp_sse_gateway.errors import EventTooLarge, StoreError, UpstreamError
+from mcp_sse_gateway.errors import EventTooLarge, StoreError, StreamError, UpstreamError
 from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.store.base import EventStore
 
@@ -73,7 +73,7 @@ def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
     ]
 
 
-async def run_pump(  # noqa: C901 - one read loop with its resume and failure exits
+async def run_pump(  # noqa: C901, PLR0912 - one read loop with its resume and failure exits
     store: EventStore,
     session_id: str,
     life: str,
@@ -126,6 +126,11 @@ async def run_pump(  # noqa: C901 - one read loop with its resume and failure ex
                         await store.append(session_id, life, event.data, _event_type(event.event))
                         result.events += 1
                         progressed = True
+            except StreamError:
+                # The stream was dropped under the pump (session deleted or expired).
+                log.info("stream.dropped_while_pumping")
+                pending.clear()
+                break
             except (TimeoutError, EventTooLarge, OSError, UpstreamError) as exc:
                 log.warning("upstream.stream_broken", error=type(exc).__name__)
                 result.broken = bool(pending)
@@ -172,5 +177,5 @@ async def _settle(
             result.events += 1
         if finish:
             await store.finish(session_id, life)
-    except StoreError:
+    except (StoreError, StreamError):
         log.warning("store.settle_failed", pending=len(result.pending))

@@ -41,6 +41,10 @@ SSE_RESPONSE_HEADERS = {
     "X-Accel-Buffering": "no",
 }
 KEEPALIVE = encode_comment("keepalive")
+#: Events are written in pieces of about this size: a slow reader is one whose single write of
+#: at most this much stays blocked for ``slow_reader_cut_s`` (no progress), not one that needs
+#: longer than that for a whole replay batch.
+WRITE_CHUNK_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -89,8 +93,8 @@ async def deliver(
         life: the stream life.
         cursor: deliver events with offsets after this one.
         primes: the session's era opens with a priming event and may close on purpose.
-        resuming: a resume (GET + ``Last-Event-ID``): what is stored is replayed before a
-            polling close, even with ``poll_after_ms = 0``.
+        resuming: a resume (GET + ``Last-Event-ID``): it replays what is stored before a
+            polling close, and ``poll_after_ms = 0`` does not close it on purpose at all.
         headers: extra response headers (e.g. ``Mcp-Session-Id`` relayed from the upstream).
 
     Returns:
@@ -160,7 +164,7 @@ async def _close_with_retry(response: web.StreamResponse, retry_ms: int) -> None
         pass
 
 
-async def _run(  # noqa: C901 - one loop: replay and live tail share one cursor
+async def _run(  # noqa: C901, PLR0912 - one loop: replay and live tail share one cursor
     response: web.StreamResponse,
     delivery: Delivery,
     *,
@@ -175,9 +179,11 @@ async def _run(  # noqa: C901 - one loop: replay and live tail share one cursor
     cut_s = sse.slow_reader_cut_s
     batch = settings.store.replay_batch_events
     opened = time.monotonic()
-    close_at = (
-        opened + sse.poll_after_ms / 1000 if primes and sse.poll_after_ms is not None else None
-    )
+    # Polling (SEP-1699): a new stream closes poll_after_ms after it opened (0: right after
+    # priming). A resume closes that long after it opened once it has caught up, but never at
+    # once: with 0 it stays until the stream ends, so a client's reconnection always progresses.
+    poll_s = sse.poll_after_ms / 1000 if primes and sse.poll_after_ms is not None else None
+    close_at = None if poll_s is None or (resuming and poll_s == 0) else opened + poll_s
     if primes:
         await _write(
             response, encode_priming(priming_id(life, delivery.cursor), sse.retry_ms), cut_s
@@ -191,11 +197,17 @@ async def _run(  # noqa: C901 - one loop: replay and live tail share one cursor
     while True:
         result = await store.read(session_id, life, delivery.cursor, batch)
         if result.events:
-            wire = b"".join(
-                encode_event(e.data, event=e.event, id=event_id(life, e.offset))
-                for e in result.events
-            )
-            await _write(response, wire, cut_s)
+            pieces: list[bytes] = []
+            size = 0
+            for event in result.events:
+                piece = encode_event(event.data, event=event.event, id=event_id(life, event.offset))
+                pieces.append(piece)
+                size += len(piece)
+                if size >= WRITE_CHUNK_BYTES:
+                    await _write(response, b"".join(pieces), cut_s)
+                    pieces, size = [], 0
+            if pieces:
+                await _write(response, b"".join(pieces), cut_s)
             delivery.cursor = result.events[-1].offset
             delivery.events += len(result.events)
         if result.finished:

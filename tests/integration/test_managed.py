@@ -10,13 +10,16 @@ import asyncio
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.event_ids import parse_event_id
+from mcp_sse_gateway.web.keys import REGISTRY
 from tests.support.scripted import DEADLINE_S
 from tests.support.sse_client import parse, read_events
+from tests.support.waiting import eventually
 
 SESSION = "sess-managed-1"
 
@@ -484,3 +487,36 @@ async def test_injected_line_break_in_last_event_id_gets_400(upstream, gateway, 
     status = answer.split(b"\r\n", 1)[0]
     assert status.split()[1] == b"400"
     assert b"injected" not in answer
+
+
+async def test_slow_reader_is_cut_without_stalling_the_pump(upstream, gateway, http):
+    """A client that stops reading is cut after slow_reader_cut_s and resumes from the store."""
+    total, size = 120, 200_000  # 24 MB: more than loopback socket buffers hold
+    pumped = asyncio.Event()
+
+    async def flood(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for index in range(total):
+            message = {**_notification(index), "pad": "x" * size}
+            await response.write(f"data: {json.dumps(message)}\n\n".encode())
+        await response.write(f"data: {json.dumps(_result(7))}\n\n".encode())
+        pumped.set()
+        return response
+
+    async with gateway(upstream.url, sse={"slow_reader_cut_s": 0.3}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = flood
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=1)  # the priming event, then stop reading
+        # The upstream is read to the end while this client reads nothing.
+        await asyncio.wait_for(pumped.wait(), DEADLINE_S)
+        await eventually(lambda: not gw.app[REGISTRY].attachments())
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()  # cut mid-stream, not delivered to the end
+        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[0].id}))
+        rest, ended = await read_events(resumed, timeout_s=30)
+    assert ended
+    messages = _messages(rest)
+    assert [m["params"]["data"] for m in messages if "method" in m] == list(range(total))
+    assert messages[-1] == _result(7)

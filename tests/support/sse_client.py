@@ -53,20 +53,23 @@ def parse(wire: bytes) -> list[Event]:
 async def read_events(
     response: aiohttp.ClientResponse, *, until: int | None = None, timeout_s: float = 10
 ) -> tuple[list[Event], bool]:
-    """Read until *until* complete blocks arrived or the stream ended.
+    """Read until at least *until* complete blocks arrived or the stream ended.
 
     Returns:
-        The blocks read and whether the stream ended (EOF).
+        The blocks read (every complete one received, possibly more than *until*) and whether
+        the stream ended (EOF).
     """
-    buffer = b""
+    events: list[Event] = []
+    pending = b""
     async with asyncio.timeout(timeout_s):
-        while True:
-            complete = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            cut = complete.rfind(b"\n\n")
-            events = parse(complete[: cut + 2]) if cut != -1 else []
-            if until is not None and len(events) >= until:
-                return events, False
+        while until is None or len(events) < until:
             chunk = await response.content.readany()
             if not chunk:
-                return parse(buffer), True
-            buffer += chunk
+                return events + parse(pending), True
+            pending += chunk
+            normalised = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            cut = normalised.rfind(b"\n\n")
+            if cut != -1 and not pending.endswith(b"\r"):
+                events += parse(normalised[: cut + 2])
+                pending = normalised[cut + 2 :]
+    return events, False
