@@ -96,11 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "healthcheck":
         return _healthcheck(settings)
-    configure_logging(settings.logging.level, settings.logging.format)
     if args.command == "demo":
+        # The demo narrates on stdout; request logs would drown it unless asked for.
+        quiet = "warning" if settings.logging.level == "info" else settings.logging.level
+        configure_logging(quiet, settings.logging.format)
         from mcp_sse_gateway.demo import run_demo
 
         return asyncio.run(run_demo(settings, once=args.once))
+    configure_logging(settings.logging.level, settings.logging.format)
     return asyncio.run(_serve(settings))
 
 

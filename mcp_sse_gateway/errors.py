@@ -131,4 +131,13 @@ class InvalidSSEField(SSEError):
 
 
 class EventTooLarge(SSEError):
-    """Raised by the decoder when one event block grows past its ``max_event_bytes`` bound."""
+    """Raised by the decoder when one event block grows past its ``max_event_bytes`` bound.
+
+    Attributes:
+        events: the blocks the same chunk completed before the oversized one, in order (they
+            are valid and must not be lost with the raise).
+    """
+
+    def __init__(self, message: str, events: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.events = events or []

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from mcp_sse_gateway import jsonrpc
-from mcp_sse_gateway.errors import EventTooLarge, StoreError, StreamError, UpstreamError
+from mcp_sse_gateway.errors import EventTooLarge, StoreError, StreamError
 from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.store.base import EventStore
 
@@ -73,7 +73,7 @@ def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
     ]
 
 
-async def run_pump(  # noqa: C901, PLR0912 - one read loop with its resume and failure exits
+async def run_pump(
     store: EventStore,
     session_id: str,
     life: str,
@@ -111,31 +111,16 @@ async def run_pump(  # noqa: C901, PLR0912 - one read loop with its resume and f
     try:
         while True:
             decoder = SSEDecoder(max_event_bytes=max_event_bytes)
-            retry_ms: int | None = None
-            progressed = False
+            before = result.events
             try:
-                async for chunk in body:
-                    for event in decoder.feed(chunk):
-                        if event.retry is not None:
-                            retry_ms = event.retry
-                        if not event.data:
-                            # No data (id/retry only) or the upstream's own priming event.
-                            continue
-                        for rid in _response_ids(event.data):
-                            pending.pop(rid, None)
-                        await store.append(session_id, life, event.data, _event_type(event.event))
-                        result.events += 1
-                        progressed = True
+                retry_ms = await _read_body(store, session_id, life, body, decoder, pending, result)
             except StreamError:
                 # The stream was dropped under the pump (session deleted or expired).
                 log.info("stream.dropped_while_pumping")
                 pending.clear()
                 break
-            except (TimeoutError, EventTooLarge, OSError, UpstreamError) as exc:
-                log.warning("upstream.stream_broken", error=type(exc).__name__)
-                result.broken = bool(pending)
-                break
-            except Exception as exc:  # noqa: BLE001 - aiohttp payload errors; never hang a client
+            except Exception as exc:  # noqa: BLE001 - any upstream failure; never hang a client
+                # EventTooLarge, timeouts, resets, aiohttp payload errors: the body is over.
                 log.warning("upstream.stream_broken", error=type(exc).__name__)
                 result.broken = bool(pending)
                 break
@@ -143,7 +128,7 @@ async def run_pump(  # noqa: C901, PLR0912 - one read loop with its resume and f
             if not pending or reopen is None or not upstream_id:
                 result.broken = bool(pending)
                 break
-            resumes = 0 if progressed else resumes + 1
+            resumes = 0 if result.events > before else resumes + 1
             if resumes > MAX_UPSTREAM_RESUMES:
                 result.broken = True
                 break
@@ -160,6 +145,42 @@ async def run_pump(  # noqa: C901, PLR0912 - one read loop with its resume and f
         result.pending = list(pending)
         await _settle(store, session_id, life, result, finish=finish)
     return result
+
+
+async def _read_body(  # noqa: PLR0917 - private helper of run_pump
+    store: EventStore,
+    session_id: str,
+    life: str,
+    body: Chunks,
+    decoder: SSEDecoder,
+    pending: dict[jsonrpc.JSONRPCId, None],
+    result: PumpResult,
+) -> int | None:
+    """Append every message of one upstream body; returns the last ``retry`` seen (ms).
+
+    Raises:
+        EventTooLarge: after appending what the same chunk completed before the big event.
+    """
+    retry_ms: int | None = None
+    async for chunk in body:
+        failure: EventTooLarge | None = None
+        try:
+            events = decoder.feed(chunk)
+        except EventTooLarge as too_large:
+            events, failure = too_large.events, too_large  # type: ignore[assignment]
+        for event in events:
+            if event.retry is not None:
+                retry_ms = event.retry
+            if not event.data:
+                # No data (id/retry only) or the upstream's own priming event.
+                continue
+            for rid in _response_ids(event.data):
+                pending.pop(rid, None)
+            await store.append(session_id, life, event.data, _event_type(event.event))
+            result.events += 1
+        if failure is not None:
+            raise failure
+    return retry_ms
 
 
 def _event_type(event: str | None) -> str | None:

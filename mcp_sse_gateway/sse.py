@@ -172,8 +172,8 @@ class SSEDecoder:
         Raises:
             EventTooLarge: one block, with its pending partial line, passed ``max_event_bytes``.
                 The decoder is then broken: every later ``feed`` raises it again, until
-                :meth:`end` resets it. Blocks completed earlier in the same chunk are lost
-                with the raise. The message never echoes stream content.
+                :meth:`end` resets it. Blocks completed earlier in the same chunk are in the
+                exception's ``events``. The message never echoes stream content.
         """
         if self._broken:
             raise EventTooLarge("an event block exceeds max_event_bytes")
@@ -196,7 +196,7 @@ class SSEDecoder:
         else:
             events = self._lines(self._split_lines(chunk, end + 1, cr))
         if self._block_bytes + len(self._buf) > self._limit:
-            self._fail()
+            self._fail(events)
         return events
 
     def _split_lines(self, chunk: bytes, end: int, cr: int) -> list[bytes]:
@@ -262,7 +262,7 @@ class SSEDecoder:
                 continue
             size += len(line) + 1
             if size > limit:
-                self._fail()
+                self._fail(events)
             if line.startswith(b"data: "):  # the common line, short-cut
                 if data is None:
                     data = [line[6:]]
@@ -309,11 +309,14 @@ class SSEDecoder:
         self._id_buffer = id_buffer
         return events
 
-    def _fail(self) -> None:
+    def _fail(self, completed: list[ServerSentEvent]) -> None:
         limit = self._limit
         self._reset()
         self._broken = True
-        raise EventTooLarge(f"an event block exceeds max_event_bytes ({limit})")
+        raise EventTooLarge(
+            f"an event block exceeds max_event_bytes ({limit})",
+            events=list(completed),
+        )
 
     def end(self) -> list[ServerSentEvent]:
         """Mark the end of the stream; the decoder can then read a new stream (a reconnection).

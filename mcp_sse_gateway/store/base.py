@@ -142,6 +142,9 @@ class EventStore(Protocol):
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
         """The stream life's metadata, or None when it does not exist under this session."""
 
+    async def drop_stream(self, session_id: str, life: str) -> None:
+        """Forget one stream life (its request was answered without a stream). Idempotent."""
+
     async def purge_session(self, session_id: str) -> None:
         """Drop every stream of the session (after DELETE). Idempotent."""
 

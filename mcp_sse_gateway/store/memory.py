@@ -165,6 +165,13 @@ class MemoryStore:
         self._put(SessionRecord(key, version, deleted=True), TOMBSTONE_TTL_S)
         self._drop_session_streams(key)
 
+    async def drop_stream(self, session_id: str, life: str) -> None:
+        """Forget one stream life. Idempotent."""
+        streams = self._streams.get(session_digest(session_id))
+        stream = streams.pop(life, None) if streams is not None else None
+        if stream is not None:
+            self._release(stream)
+
     async def purge_session(self, session_id: str) -> None:
         """Drop every stream of the session. Idempotent."""
         self._drop_session_streams(session_digest(session_id))

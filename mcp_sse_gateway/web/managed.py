@@ -7,6 +7,7 @@ that disconnects (even before the response headers) never aborts the tool call u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,7 +21,14 @@ from aiohttp import web
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.eras import Era
-from mcp_sse_gateway.errors import CursorGone, InvalidEventId, UnknownStream, UpstreamError
+from mcp_sse_gateway.errors import (
+    CursorGone,
+    InvalidEventId,
+    StoreError,
+    StreamError,
+    UnknownStream,
+    UpstreamError,
+)
 from mcp_sse_gateway.event_ids import new_life, parse_event_id
 from mcp_sse_gateway.headers import client_response_headers
 from mcp_sse_gateway.pump import Chunks, run_pump
@@ -153,12 +161,34 @@ class ManagedStreams:
         body: bytes | None,
         request_ids: list[jsonrpc.JSONRPCId],
     ) -> web.StreamResponse:
-        """Forward a POST of a resumable session; an SSE answer becomes a managed stream."""
+        """Forward a POST of a resumable session; an SSE answer becomes a managed stream.
+
+        A POST carrying JSON-RPC requests gets its stream life stored before anything is
+        forwarded, so the store's bounds refuse it (503) before the upstream runs anything.
+
+        Raises:
+            StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
+            UpstreamError: the upstream failed before its response headers (502).
+        """
+        life: str | None = None
+        if request_ids:
+            life = new_life()
+            await self.store.create_stream(
+                session_id, life, kind="request", owner=self._app[REPLICA_ID]
+            )
         opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]] = (
             asyncio.get_running_loop().create_future()
         )
         self.registry.spawn(
-            self._start_post(session_id, call, body, request_ids, opened), name="post.open"
+            self._start_post(
+                session_id=session_id,
+                call=call,
+                body=body,
+                request_ids=request_ids,
+                life=life,
+                opened=opened,
+            ),
+            name="post.open",
         )
         try:
             # Waiting on the future, not the task: a client that leaves cancels only the wait.
@@ -188,31 +218,33 @@ class ManagedStreams:
 
     async def _start_post(
         self,
+        *,
         session_id: str,
         call: UpstreamCall,
         body: bytes | None,
         request_ids: list[jsonrpc.JSONRPCId],
+        life: str | None,
         opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]],
     ) -> None:
         try:
             response = await self._open("POST", call, body)
+            if not _is_event_stream(response):
+                if life is not None:
+                    await self.store.drop_stream(session_id, life)
+                opened.set_result((response, None))
+                return
+            if life is None:
+                # An event stream answering only notifications or responses: unusual, kept.
+                life = new_life()
+                await self.store.create_stream(
+                    session_id, life, kind="request", owner=self._app[REPLICA_ID]
+                )
         except BaseException as exc:
+            if life is not None:
+                with contextlib.suppress(StoreError, StreamError):
+                    await self.store.drop_stream(session_id, life)
             if not opened.done():
                 opened.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        if not _is_event_stream(response):
-            opened.set_result((response, None))
-            return
-        life = new_life()
-        try:
-            await self.store.create_stream(
-                session_id, life, kind="request", owner=self._app[REPLICA_ID]
-            )
-        except BaseException as exc:
-            response.close()
-            opened.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return

@@ -520,3 +520,52 @@ async def test_slow_reader_is_cut_without_stalling_the_pump(upstream, gateway, h
     messages = _messages(rest)
     assert [m["params"]["data"] for m in messages if "method" in m] == list(range(total))
     assert messages[-1] == _result(7)
+
+
+async def test_streams_per_session_bound_refuses_before_forwarding(upstream, gateway, http):
+    call = ToolCall(1, pause_after=0)
+    async with gateway(upstream.url, store={"max_streams_per_session": 1}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        first = await http.post(gw.mcp_url, json=_call(1), headers=_headers())
+        await read_events(first, until=1)
+        forwarded = len(upstream.requests)
+        refused = await http.post(gw.mcp_url, json=_call(2), headers=_headers())
+        assert refused.status == 503
+        assert refused.headers["Retry-After"] == "1"
+        assert (await refused.json())["error"]["message"] == "Too many open streams"
+        assert len(upstream.requests) == forwarded  # nothing forwarded
+        call.resume.set()
+        await read_events(first)
+
+
+async def test_json_answers_leave_no_stream_behind(upstream, gateway, http):
+    async def json_answer(request: web.Request) -> web.StreamResponse:
+        return web.json_response(_result((await request.json())["id"]))
+
+    async with gateway(upstream.url, store={"max_streams_per_session": 1}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = json_answer
+        for request_id in range(3):
+            response = await http.post(gw.mcp_url, json=_call(request_id), headers=_headers())
+            assert await response.json() == _result(request_id)
+
+
+async def test_event_over_the_size_bound_ends_the_call_with_an_error(upstream, gateway, http):
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await response.write(b"data: " + b"x" * 5000 + b"\n\n")
+        return response
+
+    async with gateway(upstream.url, store={"max_event_bytes": 1000}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = huge
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, ended = await read_events(response)
+    assert ended
+    messages = _messages(events)
+    assert messages[0] == _notification(0)
+    assert messages[-1]["error"]["code"] == jsonrpc.UPSTREAM_STREAM_BROKEN
+    assert messages[-1]["id"] == 7

@@ -206,3 +206,16 @@ async def test_session_refresh_flag(make_store):
     assert await store.get_session("s", refresh=False) is not None
     clock.now += 3
     assert await store.get_session("s") is None
+
+
+async def test_drop_stream_forgets_one_life(make_store):
+    store = make_store()
+    kept, dropped = new_life(), new_life()
+    await store.create_stream("s", kept, kind="request", owner="r1")
+    await store.create_stream("s", dropped, kind="request", owner="r1")
+    await store.append("s", dropped, "a", None)
+    await store.drop_stream("s", dropped)
+    await store.drop_stream("s", dropped)
+    await store.drop_stream("other", kept)
+    assert await store.stream_info("s", dropped) is None
+    assert await store.stream_info("s", kept) is not None

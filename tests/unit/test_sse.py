@@ -654,3 +654,12 @@ def test_module_is_sans_io() -> None:
         if isinstance(node, ast.ImportFrom)
     }
     assert imported <= {"__future__", "contextlib", "dataclasses", "sys", "mcp_sse_gateway"}
+
+
+def test_too_large_keeps_the_blocks_completed_before_it():
+    decoder = SSEDecoder(max_event_bytes=100)
+    with pytest.raises(EventTooLarge) as caught:
+        decoder.feed(b"data: one\n\nid: 2\ndata: two\n\ndata: " + b"x" * 500 + b"\n\n")
+    assert [e.data for e in caught.value.events] == ["one", "two"]
+    assert caught.value.events[1].id == "2"
+    assert "x" * 10 not in str(caught.value)

@@ -1,0 +1,198 @@
+"""The official SDK clients (Python ``mcp``, TypeScript ``@modelcontextprotocol/sdk``) complete
+long tool calls through the gateway while their streams are closed on purpose (polling) or cut
+mid-event by a flaky network, using their own reconnection. The upstream is the example server:
+the official Python SDK without an event store, so every answer after a cut comes from the
+gateway's store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import LoggingMessageNotificationParams
+
+from mcp_sse_gateway.example.content import sha256_hex
+from mcp_sse_gateway.example.process import example_upstream
+from tests.support.chaos import chaos_proxy
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "conformance"
+NODE = Path(os.environ.get("MCP_CONFORMANCE_NODE", NODE_DIR / "node_modules/node/bin/node"))
+# Next to the Node packages it imports (ES modules resolve from the script's directory).
+TS_CLIENT = NODE_DIR / "ts_client.mjs"
+NOTIFICATIONS = 40
+INTERVAL_MS = 10
+CALL_TIMEOUT_S = 60
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _indexes(data_items: list[Any]) -> list[int]:
+    return [item["index"] for item in data_items if isinstance(item, dict) and "index" in item]
+
+
+async def _python_call(
+    url: str, tool: str, arguments: dict[str, Any], *, max_event_bytes: int = 1024 * 1024
+) -> tuple[list[Any], Any]:
+    logged: list[Any] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    async with (
+        streamable_http_client(url, max_sse_event_size=max_event_bytes) as (read, write),
+        ClientSession(read, write, logging_callback=on_log) as session,
+    ):
+        await session.initialize()
+        result = await asyncio.wait_for(session.call_tool(tool, arguments), CALL_TIMEOUT_S)
+    return logged, result
+
+
+# The Python SDK (mcp 2.3) handles a network error on a *resumed* stream by reconnecting with
+# the Last-Event-ID it had before that resume (so it receives again what it already had) and
+# gives up after two errors in a row: its runs get polling, or one cut on the POST's stream.
+# The TypeScript SDK gets polling and a cut on every stream.
+@pytest.mark.parametrize("network", ["polling", "cut"])
+async def test_python_sdk_long_call(gateway, network):
+    sse = {"poll_after_ms": 0} if network.startswith("polling") else {}
+    async with example_upstream() as upstream_url, gateway(upstream_url, sse=sse) as gw:
+        url = gw.mcp_url
+        if "cut" in network:
+            async with chaos_proxy(gw.port, cut_after_bytes=2500, max_cuts=1) as proxy:
+                url = f"http://127.0.0.1:{proxy.port}/mcp"
+                logged, result = await _python_call(
+                    url,
+                    "stream_notifications",
+                    {"count": NOTIFICATIONS, "interval_ms": INTERVAL_MS, "payload_bytes": 100},
+                )
+            assert proxy.cuts > 0
+        else:
+            logged, result = await _python_call(
+                url, "stream_notifications", {"count": NOTIFICATIONS, "interval_ms": INTERVAL_MS}
+            )
+    assert not result.is_error
+    assert result.content[0].text == f"sent {NOTIFICATIONS} notifications"
+    assert _indexes(logged) == list(range(NOTIFICATIONS))
+
+
+async def test_python_sdk_big_unicode_multiline_result_through_cuts(gateway):
+    async with (
+        example_upstream() as upstream_url,
+        gateway(upstream_url, sse={"poll_after_ms": 0}) as gw,
+        chaos_proxy(gw.port, cut_after_bytes=1_000_000, max_cuts=1) as proxy,
+    ):
+        _, result = await _python_call(
+            f"http://127.0.0.1:{proxy.port}/mcp",
+            "big_payload",
+            {"size_bytes": 3_000_000},
+            max_event_bytes=16 * 1024 * 1024,
+        )
+    text, digest = result.content[0].text, result.content[1].text
+    assert len(text.encode()) >= 3_000_000
+    # JSON escapes CR and LF inside the text, so it crosses SSE framing byte for byte.
+    assert digest == f"sha256:{sha256_hex(text)}"
+    assert proxy.cuts > 0
+
+
+def _node_available() -> bool:
+    return NODE.exists()
+
+
+async def _ts_call(url: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    if not _node_available():
+        if os.environ.get("CI"):
+            pytest.fail(f"Node 22 not found at {NODE}; .ci/run installs it")
+        pytest.skip("Node 22 toolchain not installed (run .ci/run once)")
+    process = await asyncio.create_subprocess_exec(
+        str(NODE),
+        str(TS_CLIENT),
+        url,
+        tool,
+        json.dumps(arguments),
+        cwd=NODE_DIR,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), CALL_TIMEOUT_S)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, err.decode()[-2000:]
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("network", ["polling", "polling+cuts", "cuts"])
+async def test_typescript_sdk_long_call(gateway, network):
+    sse = {"poll_after_ms": 0} if network.startswith("polling") else {}
+    arguments = {"count": NOTIFICATIONS, "interval_ms": INTERVAL_MS, "payload_bytes": 100}
+    async with example_upstream() as upstream_url, gateway(upstream_url, sse=sse) as gw:
+        if "cuts" in network:
+            async with chaos_proxy(gw.port, cut_after_bytes=2500) as proxy:
+                outcome = await _ts_call(
+                    f"http://127.0.0.1:{proxy.port}/mcp", "stream_notifications", arguments
+                )
+            assert proxy.cuts > 0
+        else:
+            outcome = await _ts_call(gw.mcp_url, "stream_notifications", arguments)
+    logged = [
+        n["params"]["data"]
+        for n in outcome["notifications"]
+        if n["method"] == "notifications/message"
+    ]
+    assert outcome["result"]["content"][0]["text"] == f"sent {NOTIFICATIONS} notifications"
+    assert _indexes(logged) == list(range(NOTIFICATIONS))
+
+
+async def test_example_upstream_bare_surface():
+    """The example server itself, without the gateway: what the other tests rely on."""
+    async with example_upstream() as upstream_url:
+        logged, result = await _python_call(
+            upstream_url, "stream_notifications", {"count": 50, "interval_ms": 0}
+        )
+        assert _indexes(logged) == list(range(50))
+        assert result.content[0].text == "sent 50 notifications"
+        _, big = await _python_call(
+            upstream_url,
+            "big_payload",
+            {"size_bytes": 200_000, "multiline": True, "unicode": True},
+        )
+        text = big.content[0].text
+        assert "\r\n" in text
+        assert any(ord(c) > 0xFFFF for c in text)
+        assert big.content[1].text == f"sha256:{sha256_hex(text)}"
+        async with (
+            streamable_http_client(upstream_url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = {t.name for t in (await session.list_tools()).tools}
+            resources = {str(r.uri) for r in (await session.list_resources()).resources}
+            prompts = {p.name for p in (await session.list_prompts()).prompts}
+    assert {"test_simple_text", "test_reconnection", "stream_notifications", "sleep"} <= tools
+    assert "test://static-text" in resources
+    assert "test_simple_prompt" in prompts
+
+
+def test_demo_resumes_a_call_and_loses_nothing(tmp_path):
+    """The README's first command, once and on a free port."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mcp_sse_gateway", "demo", "--once", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "nothing lost: 20/20 notifications and the result, each exactly once" in done.stdout
