@@ -44,6 +44,28 @@ class Metrics:
             "SSE events written to clients.",
             registry=self.registry,
         )
+        self.events_stored = Counter(
+            "mcp_sse_gateway_events_stored_total",
+            "Events appended to the event store by pumps (upstream messages and gateway errors).",
+            registry=self.registry,
+        )
+        self.events_delivered = Counter(
+            "mcp_sse_gateway_events_delivered_total",
+            "Events written to clients on managed streams (replay and live tail).",
+            registry=self.registry,
+        )
+        self.connections_ended = Counter(
+            "mcp_sse_gateway_stream_connections_ended_total",
+            "Client connections to managed streams that ended, by reason (finished, poll, "
+            "superseded, draining, slow_reader, client_gone, replay_bound, stream_dropped).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.pumps_broken = Counter(
+            "mcp_sse_gateway_pumps_broken_total",
+            "Upstream streams that ended before every response arrived (clients got an error).",
+            registry=self.registry,
+        )
         self.sessions_recorded = Counter(
             "mcp_sse_gateway_sessions_recorded_total",
             "Sessions whose protocol version was recorded, by version.",

@@ -32,6 +32,7 @@ from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming, encode_retry
 from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.web.keys import METRICS
 
 log = structlog.get_logger("mcp_sse_gateway.delivery")
 
@@ -144,6 +145,9 @@ async def deliver(
         await _close_with_retry(response, sse.retry_ms)
     finally:
         registry.detach(attachment)
+        metrics = request.app[METRICS]
+        metrics.events_delivered.inc(delivery.events)
+        metrics.connections_ended.labels(delivery.ended or "client_gone").inc()
     return response, delivery
 
 

@@ -258,6 +258,10 @@ class ManagedStreams:
             max_event_bytes=self.settings.store.max_event_bytes,
             reopen=self._reopener(call),
         )
+        metrics = self._app[METRICS]
+        metrics.events_stored.inc(result.events)
+        if result.broken:
+            metrics.pumps_broken.inc()
         log.info(
             "stream.finished",
             life=life[:8],

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.event_ids import parse_event_id
-from mcp_sse_gateway.web.keys import REGISTRY
+from mcp_sse_gateway.web.keys import METRICS, REGISTRY
 from tests.support.scripted import DEADLINE_S
 from tests.support.sse_client import parse, read_events
 from tests.support.waiting import eventually
@@ -569,3 +569,18 @@ async def test_event_over_the_size_bound_ends_the_call_with_an_error(upstream, g
     assert messages[0] == _notification(0)
     assert messages[-1]["error"]["code"] == jsonrpc.UPSTREAM_STREAM_BROKEN
     assert messages[-1]["id"] == 7
+
+
+async def test_metrics_count_stored_and_delivered_events(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = ToolCall(3).handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        await read_events(response)
+        registry = gw.app[METRICS].registry
+        # The pump counts after its stream finished, which may be just after the client's EOF.
+        await eventually(lambda: registry.get_sample_value("mcp_sse_gateway_events_stored_total"))
+        metrics = await (await http.get(gw.base_url + "/metrics")).text()
+    assert "mcp_sse_gateway_events_stored_total 4.0" in metrics
+    assert "mcp_sse_gateway_events_delivered_total 4.0" in metrics
+    assert 'mcp_sse_gateway_stream_connections_ended_total{reason="finished"} 1.0' in metrics
