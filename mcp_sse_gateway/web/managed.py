@@ -45,6 +45,8 @@ log = structlog.get_logger("mcp_sse_gateway.managed")
 _BODY_HEADERS = frozenset(
     {"content-type", "cache-control", "content-encoding", "x-accel-buffering"}
 )
+#: Longest interval between two checks that a standalone stream's session still lives, seconds.
+STANDALONE_CHECK_MAX_S = 60.0
 #: Upstream statuses after which the standalone stream is not re-opened (D5).
 _STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
 
@@ -368,39 +370,74 @@ class ManagedStreams:
     async def _standalone_pump(
         self, session_id: str, life: str, call: UpstreamCall, response: aiohttp.ClientResponse
     ) -> None:
+        """Keep the session's upstream GET read into the store while the session lives (D5).
+
+        Stops on DELETE (tombstone), when the session's record expires (idle timeout), when
+        the upstream refuses the GET (400/401/403/404/405), and on shutdown.
+        """
         key = session_digest(session_id)
         retry_s = self.settings.sse.retry_ms / 1000
         try:
             while True:
-                await run_pump(
-                    self.store,
-                    session_id,
-                    life,
-                    _chunks(response),
-                    request_ids=[],
-                    max_event_bytes=self.settings.store.max_event_bytes,
-                    finish=False,
-                )
-                record = await self.store.get_session(session_id, refresh=False)
-                if self.registry.closing or record is None or record.deleted:
+                if await self._run_standalone_body(session_id, life, response):
                     return
                 # The upstream closed its GET stream: re-open it so server-initiated messages
                 # keep being stored while the client is away.
-                await asyncio.sleep(retry_s)
-                try:
-                    response = await self._open("GET", call, None)
-                except UpstreamError:
+                reopened: aiohttp.ClientResponse | None = None
+                while reopened is None:
+                    await asyncio.sleep(retry_s)
+                    if not await self._session_alive(session_id):
+                        return
+                    with contextlib.suppress(UpstreamError):
+                        reopened = await self._open("GET", call, None)
+                if not _is_event_stream(reopened):
+                    reopened.close()
+                    if reopened.status in _STANDALONE_STOP:
+                        await self.store.finish(session_id, life)
+                        return
                     continue
-                if (
-                    response.status in _STANDALONE_STOP
-                    or response.content_type != "text/event-stream"
-                ):
-                    response.close()
-                    await self.store.finish(session_id, life)
-                    return
+                response = reopened
         finally:
             if self.registry.standalone.get(key) is asyncio.current_task():
                 del self.registry.standalone[key]
+
+    async def _session_alive(self, session_id: str) -> bool:
+        if self.registry.closing:
+            return False
+        record = await self.store.get_session(session_id, refresh=False)
+        return record is not None and not record.deleted
+
+    async def _run_standalone_body(
+        self, session_id: str, life: str, response: aiohttp.ClientResponse
+    ) -> bool:
+        """Pump one upstream GET body; True when the session is gone (stop for good).
+
+        A watchdog checks the session every ``session_idle_ttl_s / 4`` seconds (at most a
+        minute): an upstream GET that never ends must not keep an idle session's pump alive.
+        """
+        check_s = min(self.settings.store.session_idle_ttl_s / 4, STANDALONE_CHECK_MAX_S)
+        pump = asyncio.ensure_future(
+            run_pump(
+                self.store,
+                session_id,
+                life,
+                _chunks(response),
+                request_ids=[],
+                max_event_bytes=self.settings.store.max_event_bytes,
+                finish=False,
+            )
+        )
+        try:
+            while not pump.done():
+                await asyncio.wait({pump}, timeout=check_s)
+                if not pump.done() and not await self._session_alive(session_id):
+                    return True
+        finally:
+            if not pump.done():
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+        return not await self._session_alive(session_id)
 
 
 def _close_unclaimed(future: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]]) -> None:

@@ -584,3 +584,17 @@ async def test_metrics_count_stored_and_delivered_events(upstream, gateway, http
     assert "mcp_sse_gateway_events_stored_total 4.0" in metrics
     assert "mcp_sse_gateway_events_delivered_total 4.0" in metrics
     assert 'mcp_sse_gateway_stream_connections_ended_total{reason="finished"} 1.0' in metrics
+
+
+async def test_standalone_pump_stops_when_the_session_goes_idle(upstream, gateway, http):
+    standalone = StandaloneUpstream()
+    async with gateway(upstream.url, store={"session_idle_ttl_s": 0.4}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = standalone.handle
+        response = await http.get(gw.mcp_url, headers=_headers())
+        await standalone.wait_gets(1)
+        assert gw.app[REGISTRY].standalone
+        response.close()
+        # No request refreshes the session: its record expires and the pump lets go.
+        await eventually(lambda: not gw.app[REGISTRY].standalone, timeout_s=DEADLINE_S)
+        standalone.queue.put_nowait(None)
