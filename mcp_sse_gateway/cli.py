@@ -35,11 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def with_config(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def with_config(
+        sub: argparse.ArgumentParser, *, upstream: bool = True
+    ) -> argparse.ArgumentParser:
         sub.add_argument(
             "--config", metavar="PATH", help="TOML file (default: $MCP_SSE_GATEWAY_CONFIG)"
         )
-        sub.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint URL")
+        if upstream:
+            sub.add_argument("--upstream", metavar="URL", help="upstream MCP endpoint URL")
         sub.add_argument("--host", help="listen address (server.host)")
         sub.add_argument("--port", type=int, help="listen port (server.port)")
         return sub
@@ -55,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser(
             "demo",
             help="start the bundled example MCP server and the gateway in front of it",
-        )
+        ),
+        upstream=False,
     )
     demo.add_argument(
         "--once", action="store_true", help="run the demo client once and exit (no server kept)"
@@ -65,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, dict[str, Any]] = {}
-    if args.upstream is not None:
+    if getattr(args, "upstream", None) is not None:
         overrides.setdefault("upstream", {})["url"] = args.upstream
     if args.host is not None:
         overrides.setdefault("server", {})["host"] = args.host
@@ -85,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mcp-sse-gateway: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.command == "serve" and settings.upstream.url is None:
+    if args.command in ("serve", "check-config") and settings.upstream.url is None:
         print(
             "mcp-sse-gateway: upstream.url is required (--upstream URL, or [upstream] url)",
             file=sys.stderr,
@@ -123,22 +127,27 @@ def _healthcheck(settings: Settings) -> int:
 
 async def _serve(settings: Settings) -> int:
     from mcp_sse_gateway.server import run_gateway
+    from mcp_sse_gateway.web.app import drain
 
     log = structlog.get_logger("mcp_sse_gateway.cli")
     stop = asyncio.Event()
+    force = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        # First signal: drain gracefully. Second: stop waiting for pumps.
+        (force if stop.is_set() else stop).set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal)
     try:
-        async with run_gateway(settings):
+        async with run_gateway(settings) as running:
             await stop.wait()
-            log.info("shutdown.started")
+            log.info("shutdown.started", drain_timeout_s=settings.server.drain_timeout_s)
+            await drain(running.app, force=force)
     except OSError as exc:
         log.error("gateway.start_failed", error=str(exc))  # noqa: TRY400 - no traceback needed
         return 1
-    except ConfigError as exc:
-        print(f"mcp-sse-gateway: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(Exception):

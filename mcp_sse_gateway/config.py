@@ -17,7 +17,7 @@ import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     AnyHttpUrl,
@@ -33,6 +33,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -293,8 +294,14 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     def redacted(self) -> dict[str, Any]:
-        """The settings as plain JSON-able data, secrets shown as ``'**********'``."""
-        return self.model_dump(mode="json")
+        """The settings as plain JSON-able data, secrets shown as ``'**********'``.
+
+        Credentials in the upstream URL (password, query values) are masked too.
+        """
+        data = self.model_dump(mode="json")
+        if data["upstream"]["url"]:
+            data["upstream"]["url"] = redact_url(data["upstream"]["url"])
+        return data
 
 
 def load_settings(
@@ -334,9 +341,29 @@ def load_settings(
         return settings_cls(**(overrides or {}))
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
+    except SettingsError as exc:
+        # A variable holding a list or table that is not JSON, e.g. ALLOWED_HOSTS=a.example.
+        raise ConfigError(
+            f"invalid environment variable ({exc}); lists and tables are JSON, e.g. "
+            f"{ENV_PREFIX}SERVER__ALLOWED_HOSTS='[\"mcp.example.com\"]'"
+        ) from None
     except ValueError as exc:
         # tomllib.TOMLDecodeError is a ValueError: a syntax error in the file.
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+def redact_url(url: str) -> str:
+    """*url* with its password and every query value replaced by ``***`` (for logs)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    query = "&".join(
+        f"{pair.split('=', 1)[0]}=***" if "=" in pair else pair
+        for pair in parts.query.split("&")
+        if pair
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def _describe(exc: ValidationError) -> str:

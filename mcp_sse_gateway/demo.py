@@ -9,6 +9,7 @@ result arrived exactly once. Then it keeps both running until Ctrl-C (unless ``-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 from typing import Any
@@ -57,6 +58,11 @@ async def _read(response: aiohttp.ClientResponse, stop_after: int | None) -> lis
             complete, buffer = _events(buffer + chunk)
             events += complete
     return events
+
+
+def _messages_in(events: list[dict[str, str]]) -> int:
+    """JSON-RPC messages among *events* (priming events and ``retry`` fields carry none)."""
+    return len([e for e in events if e.get("data")])
 
 
 def _index(message: dict[str, Any]) -> int | None:
@@ -115,7 +121,7 @@ async def play_client(mcp_url: str) -> bool:
         call.close()
         say(
             f"tools/call stream_notifications(count={NOTIFICATIONS}): "
-            f"{len(first)} events received, then the connection dropped"
+            f"{_messages_in(first)} messages received, then the connection dropped"
         )
         cursor = next(e["id"] for e in reversed(first) if "id" in e)
         resumed = await http.get(mcp_url, headers={**session, "Last-Event-ID": cursor})
@@ -124,8 +130,8 @@ async def play_client(mcp_url: str) -> bool:
         indexes = [i for m in messages if (i := _index(m)) is not None]
         results = [m for m in messages if m.get("id") == 1 and "result" in m]
         say(
-            f"reconnected with Last-Event-ID: {len(second)} events replayed and streamed "
-            "by the gateway"
+            f"reconnected with Last-Event-ID: the gateway replayed and streamed the other "
+            f"{_messages_in(second)}"
         )
         await http.delete(mcp_url, headers=session)
     if indexes == list(range(NOTIFICATIONS)) and len(results) == 1:
@@ -140,19 +146,27 @@ async def play_client(mcp_url: str) -> bool:
 
 async def run_demo(settings: Settings, *, once: bool = False) -> int:
     """Run the demo; returns the exit code (0 when the resume lost nothing)."""
-    async with example_upstream() as upstream_url:
+    async with contextlib.AsyncExitStack() as stack:
+        upstream_url = await stack.enter_async_context(example_upstream())
         say(f"example MCP server (official mcp SDK, no event store): {upstream_url}")
         data = settings.model_dump()
         data["upstream"]["url"] = upstream_url
-        async with run_gateway(Settings.model_validate(data)) as gateway:
-            say(f"gateway ({settings.store.backend} store) in front of it: {gateway.mcp_url}")
-            ok = await play_client(gateway.mcp_url)
-            if once or not ok:
-                return 0 if ok else 1
-            say(f"serving {gateway.mcp_url}; press Ctrl-C to stop")
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(signum, stop.set)
-            await stop.wait()
+        try:
+            gateway = await stack.enter_async_context(run_gateway(Settings.model_validate(data)))
+        except OSError as exc:
+            say(
+                f"cannot listen on {settings.server.host}:{settings.server.port} "
+                f"({exc.strerror}); choose another port with --port"
+            )
+            return 1
+        say(f"gateway ({settings.store.backend} store) in front of it: {gateway.mcp_url}")
+        ok = await play_client(gateway.mcp_url)
+        if once or not ok:
+            return 0 if ok else 1
+        say(f"serving {gateway.mcp_url}; press Ctrl-C to stop")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
     return 0

@@ -36,12 +36,7 @@ class Metrics:
         )
         self.streams_active = Gauge(
             "mcp_sse_gateway_streams_active",
-            "SSE responses being relayed to clients now.",
-            registry=self.registry,
-        )
-        self.events_relayed = Counter(
-            "mcp_sse_gateway_events_relayed_total",
-            "SSE events written to clients.",
+            "Client connections receiving an event stream now (managed or passed through).",
             registry=self.registry,
         )
         self.events_stored = Counter(

@@ -87,19 +87,28 @@ class Registry:
         """Every attachment now (a copy)."""
         return list(self._attached.values())
 
-    async def close(self, timeout_s: float) -> int:
-        """Wait up to *timeout_s* seconds for tasks to finish, then cancel the rest.
+    async def close(self, timeout_s: float, *, force: asyncio.Event | None = None) -> int:
+        """Let tasks finish, then cancel the rest.
+
+        Waits up to *timeout_s* seconds, or until *force* is set (a second interrupt), for
+        the request pumps; standalone streams never end by themselves and are cancelled at once.
 
         Returns:
             The number of tasks cancelled.
         """
         self.closing = True
-        # Standalone streams never end by themselves: only request pumps are worth waiting for.
         for task in self.standalone.values():
             task.cancel("shutdown")
         pending = set(self._tasks)
         if pending:
-            _, pending = await asyncio.wait(pending, timeout=timeout_s)
+            all_done = asyncio.ensure_future(asyncio.wait(pending))
+            stops: set[asyncio.Future[Any]] = {all_done}
+            if force is not None:
+                stops.add(asyncio.ensure_future(force.wait()))
+            await asyncio.wait(stops, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            for stop in stops:
+                stop.cancel()
+            pending = {task for task in pending if not task.done()}
         for task in pending:
             task.cancel("shutdown")
         for task in pending:

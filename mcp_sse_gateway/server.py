@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.config import Settings, redact_url
 from mcp_sse_gateway.web.app import create_app
 from mcp_sse_gateway.web.keys import SETTINGS
 
@@ -115,7 +115,7 @@ async def run_gateway(settings: Settings, **app_kwargs: Any) -> AsyncIterator[Ru
         log.info(
             "gateway.listening",
             url=running.mcp_url,
-            upstream=str(settings.upstream.url),
+            upstream=redact_url(str(settings.upstream.url)),
             store=settings.store.backend,
         )
         yield running

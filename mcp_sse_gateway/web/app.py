@@ -106,6 +106,34 @@ async def _registry_lifetime(app: web.Application) -> AsyncIterator[None]:
     log.info("shutdown.pumps_stopped", cancelled=cancelled)
 
 
+async def drain(app: web.Application, *, force: asyncio.Event | None = None) -> int:
+    """Graceful drain (DESIGN D8), while the gateway still listens.
+
+    Readiness goes false (load balancers stop sending new requests), attached client
+    connections are closed with ``retry`` at jittered times, and request pumps get up to
+    ``server.drain_timeout_s`` seconds to finish their upstream requests (or until *force* is
+    set, e.g. by a second Ctrl-C). Idempotent.
+
+    Returns:
+        The number of pumps cancelled because the drain timeout passed or was forced.
+    """
+    if app[STATE].draining:
+        return 0
+    await _start_drain(app)
+    registry = app[REGISTRY]
+    timeout_s = app[SETTINGS].server.drain_timeout_s
+    if registry.tasks:
+        log.warning(
+            "shutdown.waiting_for_pumps",
+            pumps=registry.tasks,
+            timeout_s=timeout_s,
+            hint="interrupt again to stop now",
+        )
+    cancelled = await registry.close(timeout_s, force=force)
+    log.info("shutdown.pumps_stopped", cancelled=cancelled)
+    return cancelled
+
+
 async def _store_lifetime(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[STORE].close()
@@ -113,10 +141,12 @@ async def _store_lifetime(app: web.Application) -> AsyncIterator[None]:
 
 async def _start_drain(app: web.Application) -> None:
     """Shutdown step one: readiness goes false so load balancers stop sending new requests."""
+    if app[STATE].draining:
+        return
     app[STATE].draining = True
     app[REGISTRY].closing = True
     attachments = app[REGISTRY].attachments()
-    log.info("shutdown.draining", connections=len(attachments), streams=len(app[STATE].streams))
+    log.info("shutdown.draining", connections=len(attachments), pumps=app[REGISTRY].tasks)
     # Close client connections at jittered times so their reconnections do not arrive as one
     # storm at the other replicas.
     spread_s = min(app[SETTINGS].server.drain_timeout_s / 4, DRAIN_SPREAD_S)

@@ -109,6 +109,8 @@ async def deliver(
     await response.prepare(request)
     attachment = registry.attach((session_key, life))
     delivery = Delivery(events=0, cursor=cursor)
+    metrics = request.app[METRICS]
+    metrics.streams_active.inc()
     try:
         await _run(
             response,
@@ -145,7 +147,7 @@ async def deliver(
         await _close_with_retry(response, sse.retry_ms)
     finally:
         registry.detach(attachment)
-        metrics = request.app[METRICS]
+        metrics.streams_active.dec()
         metrics.events_delivered.inc(delivery.events)
         metrics.connections_ended.labels(delivery.ended or "client_gone").inc()
     return response, delivery

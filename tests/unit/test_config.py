@@ -87,7 +87,11 @@ def test_missing_file_and_bad_toml(tmp_path):
 
 
 def test_secrets_are_redacted(tmp_path, capsys):
-    path = _toml(tmp_path, '[store]\nredis_url = "rediss://user:hunter2@redis:6380/0"\n')
+    path = _toml(
+        tmp_path,
+        '[upstream]\nurl = "http://127.0.0.1:1/mcp"\n'
+        '[store]\nredis_url = "rediss://user:hunter2@redis:6380/0"\n',
+    )
     assert main(["check-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "hunter2" not in out
@@ -109,3 +113,28 @@ def test_example_config_is_valid_and_documents_every_key():
         assert f"[{section}]" in text, section
         for key in values:
             assert f"{key} =" in text or f"# {key} =" in text, f"{section}.{key}"
+
+
+def test_upstream_credentials_are_redacted(capsys):
+    url = "http://user:hunter2@127.0.0.1:3000/mcp?api_key=abc&flag"
+    assert main(["check-config", "--upstream", url]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    assert "abc" not in out
+    assert (
+        json.loads(out)["upstream"]["url"] == "http://user:***@127.0.0.1:3000/mcp?api_key=***&flag"
+    )
+
+
+def test_non_json_list_in_environment_names_the_fix(monkeypatch):
+    monkeypatch.setenv("MCP_SSE_GATEWAY_SERVER__ALLOWED_HOSTS", "mcp.example.com")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert "ALLOWED_HOSTS" in str(caught.value)
+    assert "JSON" in str(caught.value)
+    assert "config file" not in str(caught.value)
+
+
+def test_check_config_refuses_what_serve_refuses(capsys):
+    assert main(["check-config"]) == 2
+    assert "upstream.url" in capsys.readouterr().err
