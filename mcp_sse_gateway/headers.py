@@ -35,7 +35,17 @@ HOP_BY_HOP = frozenset(
 #: Never sent upstream: the upstream sees its own Host; replays are the gateway's job on the MCP
 #: endpoint; forwarded-for headers are rebuilt below.
 _DROP_UPSTREAM = frozenset(
-    {"host", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded"}
+    {
+        "host",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "x-forwarded-port",
+        "x-real-ip",
+        "x-original-url",
+        "x-rewrite-url",
+        "forwarded",
+    }
 )
 _DROP_UPSTREAM_MCP = frozenset({"last-event-id", "accept-encoding"})
 
@@ -112,12 +122,24 @@ def client_response_headers(upstream: Sequence[tuple[str, str]], *, keep_length:
 
 
 def _hostname(host: str) -> str:
-    """``host[:port]`` → lower-case host; IPv6 literals keep their brackets."""
+    """``host[:port]`` → lower-case host (IPv6 literals keep their brackets).
+
+    Anything that is not a plain host with an optional numeric port (userinfo ``@``, a
+    non-numeric port, stray brackets) gives ``""``, which no allowed name matches.
+    """
     host = host.strip().lower()
+    if "@" in host or "/" in host:
+        return ""
     if host.startswith("["):
         end = host.find("]")
-        return host[: end + 1] if end != -1 else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        rest = host[end + 1 :] if end != -1 else "x"
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return ""
+        return host[: end + 1]
+    name, sep, port = host.partition(":")
+    if sep and not port.isdigit():
+        return ""
+    return name
 
 
 def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:

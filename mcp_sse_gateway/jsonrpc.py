@@ -28,7 +28,8 @@ def parse_messages(body: bytes | str) -> list[dict[str, Any]] | None:
     """
     try:
         parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: absurdly deep nesting; relayed as is, never parsed.
         return None
     items = parsed if isinstance(parsed, list) else [parsed]
     if not items or not all(isinstance(item, dict) for item in items):
@@ -43,7 +44,11 @@ def is_request(message: dict[str, Any]) -> bool:
 
 def request_ids(messages: list[dict[str, Any]]) -> list[JSONRPCId]:
     """The ids of the requests among *messages*, in order (notifications and responses skipped)."""
-    return [m["id"] for m in messages if is_request(m) and isinstance(m["id"], (str, int))]
+    return [
+        m["id"]
+        for m in messages
+        if is_request(m) and isinstance(m["id"], (str, int)) and not isinstance(m["id"], bool)
+    ]
 
 
 def is_initialize(messages: list[dict[str, Any]] | None) -> bool:

@@ -69,7 +69,10 @@ def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
     return [
         m["id"]
         for m in messages or ()
-        if "method" not in m and ("result" in m or "error" in m) and m.get("id") is not None
+        if "method" not in m
+        and ("result" in m or "error" in m)
+        and isinstance(m.get("id"), (str, int))
+        and not isinstance(m["id"], bool)
     ]
 
 
@@ -184,7 +187,10 @@ async def _read_body(  # noqa: PLR0917 - private helper of run_pump
 
 
 def _event_type(event: str | None) -> str | None:
-    return None if event in (None, "message") else event
+    """The event type to store: None for the default; an unsendable one (NUL) is dropped."""
+    if event in (None, "message") or "\x00" in event:  # type: ignore[operator]
+        return None
+    return event
 
 
 async def _settle(

@@ -50,6 +50,10 @@ class Registry:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._attached: dict[tuple[str, str], Attachment] = {}
         self.standalone: dict[str, asyncio.Task[Any]] = {}
+        #: The newest client GET of each session: its headers (credentials) re-open the
+        #: upstream GET, so a refreshed token is used from the next re-open on.
+        self.standalone_calls: dict[str, Any] = {}
+        self._standalone_locks: dict[str, asyncio.Lock] = {}
         self.closing = False
 
     @property
@@ -68,6 +72,20 @@ class Registry:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("task.failed", task=task.get_name(), error=repr(task.exception()))
+
+    def standalone_lock(self, session_key: str) -> asyncio.Lock:
+        """The lock serialising the start of *session_key*'s standalone pump (one per session)."""
+        lock = self._standalone_locks.get(session_key)
+        if lock is None:
+            lock = self._standalone_locks[session_key] = asyncio.Lock()
+        return lock
+
+    def forget_standalone(self, session_key: str) -> None:
+        """Drop what is kept for a session's standalone stream once its pump has stopped."""
+        self.standalone_calls.pop(session_key, None)
+        lock = self._standalone_locks.get(session_key)
+        if lock is not None and not lock.locked():
+            del self._standalone_locks[session_key]
 
     def attach(self, key: tuple[str, str]) -> Attachment:
         """Record the current task as the reader of stream *key*, replacing the older one."""

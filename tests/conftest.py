@@ -52,3 +52,145 @@ def gateway() -> GatewayFactory:
             yield running
 
     return factory
+
+
+# A real redis-server for the store tests (DESIGN D7) ---------------------------------------------
+
+#: Starting a redis-server and answering PING takes milliseconds; this bounds a broken start.
+REDIS_START_DEADLINE_S = 10.0
+REDIS_STOP_DEADLINE_S = 10.0
+
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServerProcess:
+    """A private ``redis-server`` on a loopback port, without persistence; restartable.
+
+    ``stop()`` then ``start()`` brings it back on the same port with an empty data set, as a
+    Redis restart without persistence does. *extra_args* are appended to the command line
+    (e.g. ``["--user", "app", "on", ">secret", "~*", "&*", "+@all"]``).
+    """
+
+    def __init__(self, executable: str, extra_args: list[str] | None = None) -> None:
+        self.executable = executable
+        self.extra_args = extra_args or []
+        self.port = _free_loopback_port()
+        self._process: Any = None
+        self._tmp: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import subprocess
+        import tempfile
+        import time
+
+        import redis
+
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="redis-test-")
+        self._process = subprocess.Popen(
+            [
+                self.executable,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._tmp.name,
+                *self.extra_args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + REDIS_START_DEADLINE_S
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        probe = redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            socket_connect_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            while True:
+                if self._process.poll() is not None:
+                    raise RuntimeError(f"redis-server exited with {self._process.returncode}")
+                try:
+                    probe.ping()
+                    return
+                except redis.AuthenticationError:
+                    return  # up, and protected by the ACL the caller configured
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)  # polling a condition with a deadline
+        finally:
+            probe.close()
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(REDIS_STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(REDIS_STOP_DEADLINE_S)
+        self._process = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def redis_server_executable() -> str:
+    """The ``redis-server`` to run; skips the test without one (fails when ``$CI`` is set)."""
+    import os
+    import shutil
+
+    executable = shutil.which("redis-server")
+    if executable is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed (required when CI is set)")
+        pytest.skip("redis-server is not installed")
+    return executable
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """URL of a Redis shared by the session's tests: ``$REDIS_URL``, else a private server.
+
+    The private one listens on a free loopback port, without persistence, and is terminated at
+    the end of the session. Tests flush its database before use (see tests/store/conftest.py),
+    so ``$REDIS_URL`` must name a disposable database.
+    """
+    import os
+
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    server = RedisServerProcess(redis_server_executable())
+    try:
+        server.start()
+        yield server.url
+    finally:
+        server.close()

@@ -7,6 +7,7 @@ for some servers). Backends must behave identically; one contract test suite run
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -147,6 +148,19 @@ class EventStore(Protocol):
 
     async def purge_session(self, session_id: str) -> None:
         """Drop every stream of the session (after DELETE). Idempotent."""
+
+    async def heartbeat(self, replica_id: str) -> None:
+        """Mark this replica alive for ``heartbeat_expiry_s`` seconds (one key per replica)."""
+
+    async def replica_alive(self, replica_id: str) -> bool:
+        """Whether *replica_id*'s heartbeat has not expired."""
+
+    async def end_orphaned(self, session_id: str, life: str, error_datas: Sequence[str]) -> bool:
+        """End an unfinished stream whose owner's heartbeat expired, exactly once.
+
+        Appends *error_datas* (JSON-RPC error responses) then the terminal marker, as one
+        compare-and-set. Returns True only for the caller that did it.
+        """
 
     async def ping(self) -> None:
         """Return when the store is reachable; raise ``StoreUnavailable`` otherwise."""

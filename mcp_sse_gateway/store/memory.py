@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -86,6 +86,7 @@ class MemoryStore:
         max_streams_per_session: streams kept per session.
         finished_stream_ttl_s: a finished stream is dropped this many seconds after finishing.
         max_bytes: cap on stored event bytes across all streams.
+        heartbeat_expiry_s: a replica is alive this many seconds after its last heartbeat.
         clock: monotonic clock in seconds (tests inject their own).
     """
 
@@ -98,6 +99,7 @@ class MemoryStore:
         max_streams_per_session: int = 100,
         finished_stream_ttl_s: float = 300.0,
         max_bytes: int = 256 * 1024 * 1024,
+        heartbeat_expiry_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ttl_s = session_idle_ttl_s
@@ -112,6 +114,9 @@ class MemoryStore:
         self._streams: dict[str, OrderedDict[str, _Stream]] = {}
         self._stream_touched: dict[str, float] = {}
         self._bytes = 0
+        self._heartbeat_expiry_s = heartbeat_expiry_s
+        # replica id -> monotonic time its heartbeat expires.
+        self._heartbeats: dict[str, float] = {}
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> MemoryStore:
@@ -122,6 +127,7 @@ class MemoryStore:
             max_streams_per_session=settings.max_streams_per_session,
             finished_stream_ttl_s=settings.finished_stream_ttl_s,
             max_bytes=settings.memory_max_bytes,
+            heartbeat_expiry_s=settings.heartbeat_expiry_s,
         )
 
     @property
@@ -135,8 +141,9 @@ class MemoryStore:
         self._sessions[record.key] = (record, self._clock() + ttl_s)
         self._sessions.move_to_end(record.key)
         while len(self._sessions) > self._max_sessions:
-            key, _ = self._sessions.popitem(last=False)
-            self._drop_session_streams(key)
+            # Only the record goes: its streams live on under their own bounds (idle TTL,
+            # finished grace), so evicting a record never cuts a running tool call.
+            self._sessions.popitem(last=False)
 
     async def record_session(self, session_id: str, protocol_version: str) -> None:
         """Record (or refresh) a session's negotiated protocol version."""
@@ -329,6 +336,39 @@ class MemoryStore:
             return self._stream(session_id, life).info()
         except UnknownStream:
             return None
+
+    # Liveness (DESIGN D7) ---------------------------------------------------------------------
+
+    async def heartbeat(self, replica_id: str) -> None:
+        """Mark *replica_id* alive for ``heartbeat_expiry_s`` seconds (one entry per replica)."""
+        now = self._clock()
+        for replica in [r for r, expires_at in self._heartbeats.items() if expires_at <= now]:
+            del self._heartbeats[replica]
+        self._heartbeats[replica_id] = now + self._heartbeat_expiry_s
+
+    async def replica_alive(self, replica_id: str) -> bool:
+        """Whether *replica_id* sent a heartbeat within ``heartbeat_expiry_s`` seconds."""
+        return self._heartbeats.get(replica_id, float("-inf")) > self._clock()
+
+    async def end_orphaned(self, session_id: str, life: str, error_datas: Sequence[str]) -> bool:
+        """End a stream whose owner replica is dead: errors, then the terminal marker, once.
+
+        Returns:
+            True only for the caller that ended it; False when the stream does not exist, is
+            finished, or its owner is alive.
+        """
+        try:
+            stream = self._stream(session_id, life)
+        except UnknownStream:
+            return False
+        if stream.finished or await self.replica_alive(stream.owner):
+            return False
+        # Nothing below suspends (these coroutines never await), so no other caller can run
+        # between the check above and the marker: the compare-and-set is atomic.
+        for data in error_datas:
+            await self.append(session_id, life, data, None)
+        await self.finish(session_id, life)
+        return True
 
     async def ping(self) -> None:
         """Always reachable."""

@@ -7,6 +7,7 @@ Injected arguments (store, metrics) override the defaults for tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import secrets
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from mcp_sse_gateway.config import Settings
-from mcp_sse_gateway.errors import ConfigError
+from mcp_sse_gateway.errors import ConfigError, StoreError
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.registry import DRAINING, Registry
 from mcp_sse_gateway.store.base import EventStore
@@ -45,9 +46,11 @@ METRICS_PATH = "/metrics"
 
 
 def _default_store(settings: Settings) -> EventStore:
-    if settings.store.backend == "memory":
-        return MemoryStore.from_settings(settings.store)
-    raise ConfigError(f"store.backend {settings.store.backend!r} is not available in this version")
+    if settings.store.backend == "redis":
+        from mcp_sse_gateway.store.redis import RedisStore  # noqa: PLC0415 - only when chosen
+
+        return RedisStore.from_settings(settings.store)
+    return MemoryStore.from_settings(settings.store)
 
 
 def create_app(
@@ -80,6 +83,7 @@ def create_app(
     app[REGISTRY] = Registry()
     app[REPLICA_ID] = secrets.token_hex(8)
     app.cleanup_ctx.append(_store_lifetime)
+    app.cleanup_ctx.append(_heartbeat)
     app.cleanup_ctx.append(_upstream_client)
     app.cleanup_ctx.append(_registry_lifetime)
     app.on_shutdown.append(_start_drain)
@@ -132,6 +136,28 @@ async def drain(app: web.Application, *, force: asyncio.Event | None = None) -> 
     cancelled = await registry.close(timeout_s, force=force)
     log.info("shutdown.pumps_stopped", cancelled=cancelled)
     return cancelled
+
+
+async def _heartbeat(app: web.Application) -> AsyncIterator[None]:
+    """This replica's liveness key (DESIGN D7): written now, then every ``heartbeat_s``."""
+    store, replica = app[STORE], app[REPLICA_ID]
+    period_s = app[SETTINGS].store.heartbeat_s
+
+    async def beat() -> None:
+        while True:
+            try:
+                await store.heartbeat(replica)
+            except StoreError:
+                log.warning("store.heartbeat_failed")
+            await asyncio.sleep(period_s)
+
+    with contextlib.suppress(StoreError):
+        await store.heartbeat(replica)
+    task = asyncio.get_running_loop().create_task(beat(), name="replica.heartbeat")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _store_lifetime(app: web.Application) -> AsyncIterator[None]:

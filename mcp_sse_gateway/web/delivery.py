@@ -27,7 +27,7 @@ import structlog
 from aiohttp import web
 
 from mcp_sse_gateway.config import Settings
-from mcp_sse_gateway.errors import UnknownStream
+from mcp_sse_gateway.errors import SSEError, StoreError, StreamError, UnknownStream
 from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming, encode_retry
@@ -144,6 +144,12 @@ async def deliver(
     except UnknownStream:
         # Dropped while attached (session deleted or expired): nothing more will come.
         delivery.ended = "stream_dropped"
+        await _close_with_retry(response, sse.retry_ms)
+    except (StreamError, StoreError, SSEError) as exc:
+        # The response has started: a second status line would corrupt the stream. End it with
+        # retry; the client resumes and gets a clean answer (e.g. 400 for a trimmed cursor).
+        delivery.ended = "error"
+        log.warning("stream.delivery_failed", error=type(exc).__name__)
         await _close_with_retry(response, sse.retry_ms)
     finally:
         registry.detach(attachment)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -47,6 +48,9 @@ _BODY_HEADERS = frozenset(
 )
 #: Longest interval between two checks that a standalone stream's session still lives, seconds.
 STANDALONE_CHECK_MAX_S = 60.0
+#: Bounds of the delay between two re-opens of a standalone stream's upstream GET, seconds.
+STANDALONE_BACKOFF_MIN_S = 0.1
+STANDALONE_BACKOFF_MAX_S = 30.0
 #: Upstream statuses after which the standalone stream is not re-opened (D5).
 _STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
 
@@ -346,25 +350,30 @@ class ManagedStreams:
     async def _ensure_standalone(
         self, request: web.Request, session_id: str, call: UpstreamCall | None
     ) -> web.StreamResponse | None:
-        """Keep one upstream GET open for the session; relay the upstream's refusal if any."""
+        """Keep one upstream GET open for the session; relay the upstream's refusal if any.
+
+        Serialised per session, so concurrent client GETs never open two upstream GETs.
+        """
         key = session_digest(session_id)
-        running = self.registry.standalone.get(key)
-        if running is not None and not running.done():
-            return None
-        if call is None:
-            return None
-        response = await self._open("GET", call, None)
-        if not _is_event_stream(response):
-            async with response:
-                return await relay_response(request, response)
-        life = standalone_life(session_id)
-        if await self.store.stream_info(session_id, life) is None:
-            await self.store.create_stream(
-                session_id, life, kind="standalone", owner=self._app[REPLICA_ID]
+        if call is not None:
+            self.registry.standalone_calls[key] = call
+        async with self.registry.standalone_lock(key):
+            running = self.registry.standalone.get(key)
+            if (running is not None and not running.done()) or call is None:
+                return None
+            response = await self._open("GET", call, None)
+            if not _is_event_stream(response):
+                async with response:
+                    return await relay_response(request, response)
+            life = standalone_life(session_id)
+            info = await self.store.stream_info(session_id, life)
+            if info is None:
+                await self.store.create_stream(
+                    session_id, life, kind="standalone", owner=self._app[REPLICA_ID]
+                )
+            self.registry.standalone[key] = self.registry.spawn(
+                self._standalone_pump(session_id, life, call, response), name="standalone.pump"
             )
-        self.registry.standalone[key] = self.registry.spawn(
-            self._standalone_pump(session_id, life, call, response), name="standalone.pump"
-        )
         return None
 
     async def _standalone_pump(
@@ -372,34 +381,42 @@ class ManagedStreams:
     ) -> None:
         """Keep the session's upstream GET read into the store while the session lives (D5).
 
-        Stops on DELETE (tombstone), when the session's record expires (idle timeout), when
-        the upstream refuses the GET (400/401/403/404/405), and on shutdown.
+        Re-opens it (with the newest client GET's headers, after ``retry_ms`` growing
+        exponentially with jitter up to :data:`STANDALONE_BACKOFF_MAX_S` while it fails) when
+        the upstream closes it. Stops on DELETE (tombstone), when the session's record expires
+        (idle timeout), when the upstream refuses the GET (400/401/403/404/405: the next client
+        GET tries again with its own headers and gets the refusal relayed), and on shutdown.
         """
         key = session_digest(session_id)
-        retry_s = self.settings.sse.retry_ms / 1000
+        base_s = max(self.settings.sse.retry_ms / 1000, STANDALONE_BACKOFF_MIN_S)
         try:
             while True:
                 if await self._run_standalone_body(session_id, life, response):
                     return
-                # The upstream closed its GET stream: re-open it so server-initiated messages
-                # keep being stored while the client is away.
-                reopened: aiohttp.ClientResponse | None = None
-                while reopened is None:
-                    await asyncio.sleep(retry_s)
+                failures = 0
+                while True:
+                    delay_s = min(base_s * 2**failures, STANDALONE_BACKOFF_MAX_S)
+                    await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311
                     if not await self._session_alive(session_id):
                         return
-                    with contextlib.suppress(UpstreamError):
-                        reopened = await self._open("GET", call, None)
-                if not _is_event_stream(reopened):
+                    latest = self.registry.standalone_calls.get(key, call)
+                    try:
+                        reopened = await self._open("GET", latest, None)
+                    except UpstreamError:
+                        failures += 1
+                        continue
+                    if _is_event_stream(reopened):
+                        response = reopened
+                        break
                     reopened.close()
                     if reopened.status in _STANDALONE_STOP:
-                        await self.store.finish(session_id, life)
+                        log.info("standalone.refused", status=reopened.status)
                         return
-                    continue
-                response = reopened
+                    failures += 1
         finally:
             if self.registry.standalone.get(key) is asyncio.current_task():
                 del self.registry.standalone[key]
+                self.registry.forget_standalone(key)
 
     async def _session_alive(self, session_id: str) -> bool:
         if self.registry.closing:

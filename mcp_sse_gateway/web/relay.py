@@ -140,8 +140,10 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     if request.method == "GET" and last_event_id is not None and session_id is None:
         raise InvalidEventId
     era = Era.PASS_THROUGH
+    known = False
     if session_id is not None:
         record = await request.app[STORE].get_session(session_id)
+        known = record is not None
         if record is not None and record.deleted:
             raise SessionGone
         era = era_for(session_id, record.protocol_version if record else None)
@@ -180,10 +182,12 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     )
     request.app[METRICS].upstream_headers_seconds.observe(waited_s)
     async with response:
+        # A 404 for a session the gateway never saw is not remembered: random DELETEs must not
+        # fill the store with tombstones.
         if (
             request.method == "DELETE"
             and session_id
-            and (response.ok or response.status == HTTPStatus.NOT_FOUND)
+            and (response.ok or (response.status == HTTPStatus.NOT_FOUND and known))
         ):
             with contextlib.suppress(StoreError):
                 await request.app[STORE].tombstone_session(session_id)

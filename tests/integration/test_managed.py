@@ -388,6 +388,7 @@ class StandaloneUpstream:
     def __init__(self) -> None:
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.gets = 0
+        self.authorizations: list[str | None] = []
         self.opened = asyncio.Condition()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -397,6 +398,7 @@ class StandaloneUpstream:
         await response.prepare(request)
         async with self.opened:
             self.gets += 1
+            self.authorizations.append(request.headers.get("Authorization"))
             self.opened.notify_all()
         while (item := await self.queue.get()) is not None:
             await response.write(item)
@@ -598,3 +600,62 @@ async def test_standalone_pump_stops_when_the_session_goes_idle(upstream, gatewa
         # No request refreshes the session: its record expires and the pump lets go.
         await eventually(lambda: not gw.app[REGISTRY].standalone, timeout_s=DEADLINE_S)
         standalone.queue.put_nowait(None)
+
+
+async def test_concurrent_plain_gets_open_one_upstream_get(upstream, gateway, http):
+    standalone = StandaloneUpstream()
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = standalone.handle
+        responses = await asyncio.gather(
+            *(http.get(gw.mcp_url, headers=_headers()) for _ in range(4))
+        )
+        await standalone.wait_gets(1)
+        standalone.send(0)
+        last = responses[-1]
+        for response in responses:
+            response.close()
+        assert standalone.gets == 1
+        assert last.status == 200
+        standalone.queue.put_nowait(None)
+
+
+async def test_standalone_reopens_with_the_newest_client_credentials(upstream, gateway, http):
+    standalone = StandaloneUpstream()
+    async with gateway(upstream.url, sse={"retry_ms": 0}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = standalone.handle
+        first = await http.get(gw.mcp_url, headers=_headers(Authorization="Bearer OLD"))
+        await standalone.wait_gets(1)
+        second = await http.get(gw.mcp_url, headers=_headers(Authorization="Bearer NEW"))
+        await read_events(first)  # replaced by the newer connection
+        standalone.queue.put_nowait(None)  # the upstream closes its GET: re-opened
+        await standalone.wait_gets(2)
+        second.close()
+        standalone.queue.put_nowait(None)
+    assert standalone.authorizations[:2] == ["Bearer OLD", "Bearer NEW"]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("drop_after", [0, 5, 10])
+async def test_drop_and_resume_on_the_redis_backend(
+    upstream, gateway, http, redis_server, drop_after
+):
+    """The same drop and resume, events stored in a real redis-server."""
+    call = ToolCall(10, pause_after=drop_after)
+    prefix = f"test-{drop_after}-{id(call)}"
+    store = {"backend": "redis", "redis_url": redis_server, "key_prefix": prefix}
+    async with gateway(upstream.url, store=store) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=1 + drop_after)
+        response.close()
+        call.resume.set()
+        await asyncio.wait_for(call.finished.wait(), DEADLINE_S)
+        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        second, ended = await read_events(resumed)
+    assert ended
+    received = _messages(first) + _messages(second)
+    assert [m["params"]["data"] for m in received if "method" in m] == list(range(10))
+    assert received[-1] == _result(7)

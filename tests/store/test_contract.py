@@ -1,18 +1,24 @@
-"""The event-store contract: every backend must pass these same behavioural tests (DESIGN D7)."""
+"""The event-store contract: every backend must pass these same behavioural tests (DESIGN D7).
+
+``make_store`` (tests/store/conftest.py) is parametrized over ``memory``, ``fakeredis`` and
+``redis`` (a real server, marker ``redis``). Expiry is tested in real time with short TTLs and
+condition waits with deadlines; the memory store's injected clock is tested on its own.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import json
 
 import pytest
 
 from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.memory import MemoryStore
+from tests.store.conftest import eventually, raises
 
-StoreFactory = Callable[..., Any]
+#: Short real TTLs (seconds) for expiry tests on every backend.
+SHORT_TTL_S = 0.3
 
 
 class Clock:
@@ -21,21 +27,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(params=["memory"])
-async def make_store(request) -> AsyncIterator[StoreFactory]:
-    """``make_store(**bounds)`` builds a store of the parametrized backend; closed afterwards."""
-    made: list[Any] = []
-
-    def factory(**bounds: Any) -> Any:
-        store = MemoryStore(**bounds)
-        made.append(store)
-        return store
-
-    yield factory
-    for store in made:
-        await store.close()
 
 
 async def test_append_assigns_sequential_offsets_and_read_is_exclusive(make_store):
@@ -152,7 +143,19 @@ async def test_streams_per_session_bound_evicts_finished_first(make_store):
     await store.create_stream("other", new_life(), kind="request", owner="r1")
 
 
-async def test_finished_stream_expires_after_its_grace_period():
+async def test_finished_stream_expires_after_its_grace_period(make_store):
+    store = make_store(finished_stream_ttl_s=SHORT_TTL_S)
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    await store.append("s", life, "a", None)
+    await store.finish("s", life)
+    assert (await store.read("s", life, 0, 10)).finished
+    await eventually(lambda: raises(lambda: store.read("s", life, 0, 10), UnknownStream))
+    assert await store.stream_info("s", life) is None
+
+
+async def test_finished_stream_expires_after_its_grace_period_memory_clock():
+    """The exact boundary, with the memory store's injected clock."""
     clock = Clock()
     store = MemoryStore(finished_stream_ttl_s=10, clock=clock)
     life = new_life()
@@ -166,8 +169,9 @@ async def test_finished_stream_expires_after_its_grace_period():
         await store.read("s", life, 0, 10)
 
 
-async def test_memory_cap_evicts_finished_streams_then_trims(make_store):
-    store = make_store(max_bytes=10_000)
+async def test_memory_cap_evicts_finished_streams_then_trims():
+    """Memory store only: Redis is bounded by events per stream, TTLs and its own maxmemory."""
+    store = MemoryStore(max_bytes=10_000)
     done, live = new_life(), new_life()
     await store.create_stream("s", done, kind="request", owner="r1")
     await store.append("s", done, "x" * 4000, None)
@@ -195,10 +199,72 @@ async def test_purge_and_tombstone_drop_every_stream(make_store):
     assert await store.stream_info("s", life) is None
     assert (await store.get_session("s")).deleted
     await store.purge_session("s")
-    assert store.stored_bytes == 0
+    with pytest.raises(UnknownStream):
+        await store.read("s", life, 0, 10)
+    if isinstance(store, MemoryStore):
+        assert store.stored_bytes == 0
+
+
+async def test_purge_drops_streams_but_keeps_the_session_record(make_store):
+    store = make_store()
+    first, second = new_life(), new_life()
+    await store.record_session("s", "2025-11-25")
+    await store.create_stream("s", first, kind="request", owner="r1")
+    await store.create_stream("s", second, kind="standalone", owner="r1")
+    await store.append("s", first, "a", None)
+    await store.purge_session("s")
+    await store.purge_session("s")
+    assert await store.stream_info("s", first) is None
+    assert await store.stream_info("s", second) is None
+    record = await store.get_session("s")
+    assert (record.protocol_version, record.deleted) == ("2025-11-25", False)
+
+
+async def test_session_record_round_trips_and_tombstone_keeps_the_version(make_store):
+    store = make_store()
+    assert await store.get_session("s") is None
+    await store.record_session("s", "2025-06-18")
+    record = await store.get_session("s", refresh=False)
+    assert (record.protocol_version, record.deleted) == ("2025-06-18", False)
+    await store.tombstone_session("s")
+    record = await store.get_session("s")
+    assert (record.protocol_version, record.deleted) == ("2025-06-18", True)
+    assert await store.get_session("other") is None
 
 
 async def test_session_refresh_flag(make_store):
+    store = make_store(session_idle_ttl_s=SHORT_TTL_S)
+    await store.record_session("s", "2025-11-25")
+    # Used with refresh for three TTLs: it stays.
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 3 * SHORT_TTL_S
+    while loop.time() < until:
+        assert await store.get_session("s") is not None
+        await asyncio.sleep(SHORT_TTL_S / 10)
+    # Only looked at without refresh (polled): it expires.
+    await eventually(lambda: _session_gone(store, "s"))
+
+
+async def _session_gone(store, session_id: str) -> bool:
+    return await store.get_session(session_id, refresh=False) is None
+
+
+async def test_open_streams_of_a_used_session_stay(make_store):
+    store = make_store(session_idle_ttl_s=SHORT_TTL_S)
+    idle, used = new_life(), new_life()
+    await store.create_stream("s", idle, kind="standalone", owner="r1")
+    await store.append("s", idle, "kept", None)
+    await store.create_stream("s", used, kind="request", owner="r1")
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 3 * SHORT_TTL_S
+    while loop.time() < until:
+        await store.append("s", used, "x", None)
+        await asyncio.sleep(SHORT_TTL_S / 10)
+    assert [e.data for e in (await store.read("s", idle, 0, 10)).events] == ["kept"]
+
+
+async def test_session_refresh_flag_memory_clock():
+    """The exact boundary, with the memory store's injected clock."""
     clock = Clock()
     store = MemoryStore(session_idle_ttl_s=10, clock=clock)
     await store.record_session("s", "2025-11-25")
@@ -219,3 +285,135 @@ async def test_drop_stream_forgets_one_life(make_store):
     await store.drop_stream("other", kept)
     assert await store.stream_info("s", dropped) is None
     assert await store.stream_info("s", kept) is not None
+
+
+async def test_wait_on_an_unknown_stream_returns_at_once(make_store):
+    store = make_store()
+    assert await asyncio.wait_for(store.wait("s", new_life(), 0, 10), 5) is True
+
+
+async def test_wait_wakes_when_the_stream_is_dropped(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    waiter = asyncio.create_task(store.wait("s", life, 0, 10))
+    await asyncio.sleep(0)
+    await store.purge_session("s")
+    assert await asyncio.wait_for(waiter, 5) is True
+    with pytest.raises(UnknownStream):
+        await store.read("s", life, 0, 10)
+
+
+async def test_wait_is_safe_to_cancel(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    # Cancelled at every point of its first steps (checking the stream, subscribing, waiting):
+    # the cancellation always propagates, and nothing is left behind.
+    for steps in range(12):
+        waiter = asyncio.create_task(store.wait("s", life, 0, 10))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    if hasattr(store, "waiting"):
+        assert store.waiting == 0
+    await store.append("s", life, "a", None)
+    assert await asyncio.wait_for(store.wait("s", life, 0, 10), 5) is True
+    assert await store.wait("s", life, 1, 0.05) is False
+
+
+async def test_data_round_trips_exactly(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    datas = ["", "é ☃ 𝄞", "line1\nline2", json.dumps({"x": "y" * 100_000}), "a\rb"]
+    for data in datas:
+        await store.append("s", life, data, None)
+    await store.append("s", life, "typed", "")
+    events = (await store.read("s", life, 0, 100)).events
+    assert [e.data for e in events] == [*datas, "typed"]
+    assert [e.event for e in events] == [None] * len(datas) + [""]
+
+
+async def test_read_in_batches_reaches_the_end(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(25):
+        await store.append("s", life, str(i), None)
+    await store.finish("s", life)
+    cursor, seen, finished = 0, [], False
+    while not finished:
+        result = await store.read("s", life, cursor, 10)
+        seen += [int(e.data) for e in result.events]
+        cursor = result.events[-1].offset if result.events else cursor
+        finished = result.finished
+    assert seen == list(range(25))
+
+
+# Liveness (DESIGN D7): replica heartbeats and orphaned streams ---------------------------------
+
+ERRORS = ['{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"replica died"}}', "e2"]
+
+
+async def test_heartbeat_makes_a_replica_alive_until_it_expires(make_store):
+    store = make_store(heartbeat_expiry_s=SHORT_TTL_S)
+    assert await store.replica_alive("r1") is False
+    await store.heartbeat("r1")
+    assert await store.replica_alive("r1") is True
+    assert await store.replica_alive("r2") is False
+    await eventually(lambda: _dead(store, "r1"))
+
+
+async def _dead(store, replica: str) -> bool:
+    return not await store.replica_alive(replica)
+
+
+async def test_end_orphaned_ends_a_dead_owners_stream_exactly_once(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="dead")
+    await store.append("s", life, "a", None)
+    waiter = asyncio.create_task(store.wait("s", life, 1, 10))
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(store.end_orphaned("s", life, ERRORS) for _ in range(20)))
+    assert sorted(results) == [False] * 19 + [True]
+    assert await asyncio.wait_for(waiter, 5) is True
+    result = await store.read("s", life, 0, 10)
+    assert [e.data for e in result.events] == ["a", *ERRORS]
+    assert [e.offset for e in result.events] == [1, 2, 3]
+    assert result.finished
+    info = await store.stream_info("s", life)
+    assert (info.last_offset, info.finished) == (3, True)
+    assert await store.end_orphaned("s", life, ERRORS) is False
+
+
+async def test_end_orphaned_leaves_a_live_owners_stream(make_store):
+    store = make_store(heartbeat_expiry_s=SHORT_TTL_S)
+    life = new_life()
+    await store.heartbeat("r1")
+    await store.create_stream("s", life, kind="request", owner="r1")
+    assert await store.end_orphaned("s", life, ERRORS) is False
+    assert not (await store.stream_info("s", life)).finished
+    # Once its heartbeat expired, the stream is ended.
+    await eventually(lambda: store.end_orphaned("s", life, ERRORS))
+    result = await store.read("s", life, 0, 10)
+    assert [e.data for e in result.events] == ERRORS
+    assert result.finished
+
+
+async def test_end_orphaned_ignores_finished_unknown_and_foreign_streams(make_store):
+    store = make_store()
+    done, live = new_life(), new_life()
+    await store.create_stream("s", done, kind="request", owner="dead")
+    await store.finish("s", done)
+    await store.create_stream("s", live, kind="request", owner="dead")
+    assert await store.end_orphaned("s", done, ERRORS) is False
+    assert await store.end_orphaned("s", new_life(), ERRORS) is False
+    assert await store.end_orphaned("other", live, ERRORS) is False
+    assert not (await store.stream_info("s", live)).finished
+    assert await store.end_orphaned("s", live, []) is True
+    result = await store.read("s", live, 0, 10)
+    assert (result.events, result.finished) == ([], True)

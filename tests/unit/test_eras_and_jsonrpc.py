@@ -58,3 +58,17 @@ def test_initialize_detection():
         )
         is None
     )
+
+
+def test_deeply_nested_json_is_not_parsed():
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert jsonrpc.parse_messages(deep) is None
+
+
+def test_boolean_and_unhashable_ids_are_not_request_ids():
+    messages = [
+        {"jsonrpc": "2.0", "id": True, "method": "x"},
+        {"jsonrpc": "2.0", "id": [1], "method": "y"},
+        {"jsonrpc": "2.0", "id": 1, "method": "z"},
+    ]
+    assert jsonrpc.request_ids(messages) == [1]

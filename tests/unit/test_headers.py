@@ -105,3 +105,30 @@ def test_peer_trusted():
     assert not peer_trusted("junk", ("10.0.0.0/8",))
     assert not peer_trusted(None, ("10.0.0.0/8",))
     assert peer_trusted("::1", ("::1/128",))
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost:1@evil.example",
+        "localhost:evil.example",
+        "localhost:80/x",
+        "[::1]evil",
+        "[::1]:x",
+    ],
+)
+def test_host_tricks_are_refused(host):
+    assert not host_allowed(host, DEFAULT_HOSTS)
+
+
+def test_origin_with_userinfo_is_refused():
+    assert not origin_allowed("http://localhost:80@evil.example", ("http://localhost",))
+
+
+def test_client_supplied_forwarding_headers_never_pass():
+    out = _forward(
+        [("X-Real-IP", "1.2.3.4"), ("X-Original-URL", "/admin"), ("X-Forwarded-Port", "1")]
+    )
+    assert not [
+        n for n, _ in out if n.lower() in {"x-real-ip", "x-original-url", "x-forwarded-port"}
+    ]

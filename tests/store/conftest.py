@@ -1,0 +1,142 @@
+"""Fixtures of the store tests: one factory per backend, real and private Redis servers."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+
+from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.store.redis import COMMAND_CONNECTIONS, RedisStore
+from tests.conftest import RedisServerProcess, redis_server_executable
+
+StoreFactory = Callable[..., Any]
+#: Every condition a store test waits for is met within this many seconds, or the test fails.
+DEADLINE_S = 10.0
+POLL_S = 0.01
+
+BACKENDS = ["memory", "fakeredis", pytest.param("redis", marks=pytest.mark.redis)]
+REDIS_BACKENDS = ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[bool] | bool], *, timeout_s: float = DEADLINE_S
+) -> None:
+    """Return as soon as *condition()* (sync or async) is true; TimeoutError after *timeout_s*."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            result = condition()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(POLL_S)
+
+
+async def raises(call: Callable[[], Awaitable[Any]], error: type[BaseException]) -> bool:
+    """Whether awaiting *call()* raises *error* (for conditions of :func:`eventually`)."""
+    try:
+        await call()
+    except error:
+        return True
+    return False
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """The shared real Redis, flushed for this test."""
+    client = redis.Redis.from_url(redis_server)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+    return redis_server
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServerProcess]:
+    """A redis-server of this test only (it may stop and restart it)."""
+    server = RedisServerProcess(redis_server_executable())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+class Backend:
+    """Builds stores of one backend; the Redis ones of a test share one data set (replicas)."""
+
+    def __init__(self, name: str, url: str | None) -> None:
+        self.name = name
+        self.url = url
+        self.fake_server = fakeredis.FakeServer() if name == "fakeredis" else None
+        self.stores: list[Any] = []
+        self.clients: list[Any] = []
+
+    def __call__(self, **bounds: Any) -> Any:
+        store: Any
+        if self.name == "memory":
+            store = MemoryStore(**bounds)
+        elif self.name == "fakeredis":
+            # As in production: a small blocking pool (bursts queue for a connection).
+            client = fakeredis.FakeAsyncRedis(
+                server=self.fake_server,
+                connection_pool_class=redis.asyncio.BlockingConnectionPool,
+                max_connections=COMMAND_CONNECTIONS,
+                socket_timeout=None,  # the store bounds its calls itself (cancel-safe)
+            )
+            self.clients.append(client)
+            store = RedisStore(client, **bounds)
+        else:
+            assert self.url is not None
+            store = RedisStore.from_url(self.url, **bounds)
+        self.stores.append(store)
+        return store
+
+    def admin(self) -> Any:
+        """A plain async client on the same Redis data (not counted as the store's)."""
+        if self.name == "fakeredis":
+            client = fakeredis.FakeAsyncRedis(server=self.fake_server)
+        elif self.name == "redis":
+            assert self.url is not None
+            client = redis.asyncio.Redis.from_url(self.url)
+        else:
+            raise ValueError("the memory backend has no Redis")
+        self.clients.append(client)
+        return client
+
+    async def close(self) -> None:
+        for store in self.stores:
+            await store.close()
+        for client in self.clients:
+            await client.aclose()
+
+
+async def _backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    name = request.param
+    url = request.getfixturevalue("redis_url") if name == "redis" else None
+    backend = Backend(name, url)
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """``make_store(**bounds)`` builds a store of the parametrized backend; closed afterwards."""
+    async for backend in _backend(request):
+        yield backend
+
+
+@pytest.fixture(params=REDIS_BACKENDS)
+async def make_redis_store(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """As ``make_store``, for the Redis backends only (fakeredis and a real server)."""
+    async for backend in _backend(request):
+        yield backend

@@ -1,0 +1,606 @@
+"""What only the Redis store must show (DESIGN D7): bounded connections, TTLs on every key, hash
+tags, outages and restarts without silent gaps, lost-event detection, several replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis
+import structlog
+from redis.asyncio import BlockingConnectionPool
+from redis.asyncio.connection import SSLConnection
+from redis.crc import key_slot
+
+from mcp_sse_gateway.config import StoreSettings
+from mcp_sse_gateway.errors import (
+    CursorGone,
+    StoreError,
+    StoreUnavailable,
+    StreamError,
+    UnknownStream,
+)
+from mcp_sse_gateway.event_ids import new_life
+from mcp_sse_gateway.store.base import session_digest
+from mcp_sse_gateway.store.keys import SessionKeys
+from mcp_sse_gateway.store.redis import (
+    CLIENT_NAME,
+    COMMAND_CONNECTIONS,
+    COMMAND_TIMEOUT_S,
+    MAX_CONNECTIONS_PER_PROCESS,
+    RedisStore,
+    redact_url,
+)
+from tests.conftest import RedisServerProcess, redis_server_executable
+from tests.store.conftest import DEADLINE_S, eventually
+
+PREFIX = "mcp-sse-gateway"
+
+
+async def outcome(call: Callable[[], Awaitable[Any]]) -> Any:
+    """The call's result, or the class of the store/stream error it raised."""
+    try:
+        return await call()
+    except (StoreError, StreamError) as exc:
+        return type(exc)
+
+
+async def parked(store: RedisStore, waiting: int) -> bool:
+    """*waiting* calls of wait() are registered, subscribed, and no command is in flight."""
+    pool = store._client.connection_pool
+    # A store given one client runs its subscription on one of that client's connections.
+    subscriber = 1 if store._pubsub_client is store._client else 0
+    return (
+        store.waiting == waiting
+        and store._subscribed.is_set()
+        and len(pool._in_use_connections) <= subscriber
+    )
+
+
+async def store_connections(admin: Any) -> int:
+    return sum(1 for client in await admin.client_list() if client.get("name") == CLIENT_NAME)
+
+
+# Bounded connections ----------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_waiting_clients_hold_no_connections(redis_url):
+    store = RedisStore.from_url(redis_url)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    peak = 0
+    sampling = True
+
+    async def sample() -> None:
+        nonlocal peak
+        while sampling:
+            peak = max(peak, await store_connections(admin))
+            await asyncio.sleep(0.002)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        lives = [(f"session-{i % 10}", new_life()) for i in range(50)]
+        for session_id, life in lives:
+            await store.create_stream(session_id, life, kind="request", owner="r1")
+        waiters = [
+            asyncio.create_task(store.wait(session_id, life, 0, 30))
+            for session_id, life in lives
+            for _ in range(5)
+        ]
+        await eventually(lambda: parked(store, 250))
+        parked_connections = await store_connections(admin)
+        assert not any(waiter.done() for waiter in waiters)
+        # A burst: every stream appended to at once, plus 300 concurrent reads.
+        await asyncio.gather(
+            *(store.append(session_id, life, "x", None) for session_id, life in lives),
+            *(store.read(session_id, life, 0, 10) for session_id, life in lives * 6),
+        )
+        assert await asyncio.wait_for(asyncio.gather(*waiters), DEADLINE_S) == [True] * 250
+    finally:
+        sampling = False
+        await sampler
+        await store.close()
+        await admin.aclose()
+    print(f"connections: parked={parked_connections} peak={peak}")
+    assert 1 <= parked_connections <= MAX_CONNECTIONS_PER_PROCESS
+    assert peak <= MAX_CONNECTIONS_PER_PROCESS == COMMAND_CONNECTIONS + 1
+
+
+# Keys: TTLs and hash tags -----------------------------------------------------------------------
+
+
+async def _scenario(backend) -> dict[str, list[str]]:
+    """Use every operation; returns the sessions' raw ids by role."""
+    store = backend(
+        max_events_per_stream=5,
+        max_streams_per_session=3,
+        session_idle_ttl_s=120,
+        finished_stream_ttl_s=60,
+    )
+    alive, deleted, other = "raw-session-alive", "raw-session-deleted", "raw-session-other"
+    await store.record_session(alive, "2025-11-25")
+    await store.record_session(deleted, "2025-06-18")
+    trimmed, open_, orphan, fourth = new_life(), new_life(), new_life(), new_life()
+    await store.create_stream(alive, trimmed, kind="request", owner="r1")
+    for i in range(8):
+        await store.append(alive, trimmed, f"m{i}", None)
+    await store.finish(alive, trimmed)
+    await store.create_stream(alive, open_, kind="standalone", owner="r1")
+    await store.append(alive, open_, "a", "custom")
+    await store.create_stream(alive, orphan, kind="request", owner="dead")
+    await store.create_stream(alive, fourth, kind="request", owner="r1")  # evicts `trimmed`
+    assert await store.end_orphaned(alive, orphan, ["error"])
+    await store.get_session(alive)
+    await store.read(alive, open_, 0, 10)
+    await store.stream_info(alive, fourth)
+    await store.heartbeat("r1")
+    # A stream finished before its first event, then appended to: its events key is new.
+    late = new_life()
+    await store.create_stream(other, late, kind="request", owner="r1")
+    await store.finish(other, late)
+    await store.append(other, late, "late", None)
+    dropped = new_life()
+    await store.create_stream(other, dropped, kind="request", owner="r1")
+    await store.drop_stream(other, dropped)
+    gone = new_life()
+    await store.create_stream(deleted, gone, kind="request", owner="r1")
+    await store.append(deleted, gone, "x", None)
+    await store.tombstone_session(deleted)
+    assert await store.wait(alive, open_, 0, 1)
+    return {"sessions": [alive, deleted, other]}
+
+
+async def _all_keys(admin) -> list[str]:
+    return sorted([key.decode() async for key in admin.scan_iter(count=1000)])
+
+
+async def test_every_key_has_a_ttl(make_redis_store):
+    await _scenario(make_redis_store)
+    admin = make_redis_store.admin()
+    keys = await _all_keys(admin)
+    kinds = {key.split(":")[2] for key in keys if "{" in key} | {
+        key.split(":")[1] for key in keys if "{" not in key
+    }
+    assert kinds == {"session", "streams", "fresh", "meta", "stream", "replica"}
+    ttls = {key: await admin.pttl(key) for key in keys}
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
+
+
+async def test_keys_of_a_session_share_one_hash_tag(make_redis_store):
+    roles = await _scenario(make_redis_store)
+    keys = await _all_keys(make_redis_store.admin())
+    digests = {session_digest(session_id) for session_id in roles["sessions"]}
+    for key in keys:
+        assert "raw-session" not in key  # a raw session id never reaches Redis
+        assert key.startswith(f"{PREFIX}:")
+        if key.startswith(f"{PREFIX}:replica:"):
+            continue
+        tag = key[key.index("{") + 1 : key.index("}")]
+        assert tag in digests
+        assert key_slot(key.encode()) == key_slot(tag.encode())
+    assert {key[key.index("{") + 1 : key.index("}")] for key in keys if "{" in key} <= digests
+
+
+async def test_idle_session_streams_expire(make_redis_store):
+    store = make_redis_store(session_idle_ttl_s=0.3)
+    admin = make_redis_store.admin()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    await store.append("s", life, "a", None)
+    keys = SessionKeys.of(PREFIX, "s")
+    assert 0 < await admin.pttl(keys.meta(life)) <= 330  # at most 1.1 x the idle TTL
+    await eventually(lambda: _no_keys(admin))
+    with pytest.raises(UnknownStream):
+        await store.read("s", life, 0, 10)
+
+
+async def _no_keys(admin) -> bool:
+    return not await _all_keys(admin)
+
+
+# Wake-ups ---------------------------------------------------------------------------------------
+
+
+async def test_a_wake_up_racing_the_check_is_not_missed(make_redis_store, monkeypatch):
+    store = make_redis_store()
+    writer = make_redis_store()  # another replica
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    assert await store.wait("s", life, 0, 0.01) is False
+    await eventually(store._subscribed.is_set)
+    check = store._has_news
+    raced = []
+
+    async def racing_check(keys, life_, after):
+        news = await check(keys, life_, after)
+        if not raced:  # the event lands right after the check said "nothing yet"
+            raced.append(await writer.append("s", life, "a", None))
+        return news
+
+    monkeypatch.setattr(store, "_has_news", racing_check)
+    assert await asyncio.wait_for(store.wait("s", life, 0, 30), DEADLINE_S) is True
+    assert raced == [1]
+
+
+async def test_replicas_share_streams_and_wake_ups(make_redis_store):
+    first, second = make_redis_store(), make_redis_store()
+    life = new_life()
+    await first.create_stream("s", life, kind="request", owner="first")
+    waiter = asyncio.create_task(second.wait("s", life, 0, 30))
+    await eventually(lambda: parked(second, 1))
+    await first.append("s", life, "a", None)
+    assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+    assert [e.data for e in (await second.read("s", life, 0, 10)).events] == ["a"]
+    # The owner is dead: readers on both replicas race to end the stream; one does.
+    calls = [store.end_orphaned("s", life, ["err"]) for store in (first, second) for _ in range(10)]
+    assert sorted(await asyncio.gather(*calls)) == [False] * 19 + [True]
+    result = await first.read("s", life, 0, 10)
+    assert ([e.data for e in result.events], result.finished) == (["a", "err"], True)
+
+
+async def test_lost_events_end_the_stream_life_never_reusing_offsets(make_redis_store):
+    store = make_redis_store()
+    admin = make_redis_store.admin()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for data in "abc":
+        await store.append("s", life, data, None)
+    waiter = asyncio.create_task(store.wait("s", life, 3, 30))
+    await eventually(lambda: parked(store, 1))
+    # Redis restored an older snapshot (or failed over to a lagging replica): events 2-3 are gone.
+    keys = SessionKeys.of(PREFIX, "s")
+    await admin.hset(keys.meta(life), "last", 1)
+    await admin.xdel(keys.stream(life), "0-2", "0-3")
+    with pytest.raises(CursorGone):  # a reader that had 3 is told, not served an empty replay
+        await store.read("s", life, 3, 10)
+    with pytest.raises(UnknownStream):  # the writer notices: the life ends (dropped)
+        await store.append("s", life, "d", None)
+    assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+    with pytest.raises(UnknownStream):
+        await store.read("s", life, 1, 10)
+
+
+async def test_large_events_are_read_in_bounded_replies(make_redis_store):
+    store = make_redis_store()
+    store._read_max_bytes = 2500
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(10):
+        await store.append("s", life, str(i) * 1000, None)
+    await store.finish("s", life)
+    sizes, cursor = [], 0
+    while True:
+        result = await store.read("s", life, cursor, 100)
+        sizes.append(len(result.events))
+        cursor = result.events[-1].offset
+        if result.finished:
+            break
+    assert sizes == [2, 2, 2, 2, 2]
+    store._read_max_bytes = 10  # smaller than one event: one at a time, never none
+    assert [e.offset for e in (await store.read("s", life, 4, 100)).events] == [5]
+
+
+def _lose_first_reply(store, monkeypatch, script: str, *, applied: bool) -> list[str]:
+    """The next *script* call fails with a dropped connection, after (or before) Redis ran it."""
+    run_once = store._run_once
+    failures: list[str] = []
+
+    async def flaky(name, *args):
+        if name == script and not failures:
+            failures.append(name)
+            if applied:
+                await run_once(name, *args)
+            raise redis.ConnectionError("connection closed by server")
+        return await run_once(name, *args)
+
+    monkeypatch.setattr(store, "_run_once", flaky)
+    return failures
+
+
+@pytest.mark.parametrize("applied", [True, False])
+async def test_append_repeated_after_a_dropped_connection_stores_once(
+    make_redis_store, monkeypatch, applied
+):
+    store = make_redis_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    await store.append("s", life, "a", None)
+    failures = _lose_first_reply(store, monkeypatch, "append", applied=applied)
+    assert await store.append("s", life, "b", "custom") == 2
+    assert failures == ["append"]
+    assert await store.append("s", life, "c", None) == 3
+    events = (await store.read("s", life, 0, 10)).events
+    assert [(e.offset, e.data, e.event) for e in events] == [
+        (1, "a", None),
+        (2, "b", "custom"),
+        (3, "c", None),
+    ]
+
+
+async def test_append_repeated_after_a_dropped_connection_by_any_writer(
+    make_redis_store, monkeypatch
+):
+    owner, other = make_redis_store(), make_redis_store()
+    life = new_life()
+    await owner.create_stream("s", life, kind="request", owner="r1")
+    _lose_first_reply(other, monkeypatch, "append", applied=True)
+    assert await other.append("s", life, "x", None) == 1  # it never wrote this stream before
+    assert await owner.append("s", life, "x", None) == 2  # same data, another append: stored
+    assert [e.data for e in (await owner.read("s", life, 0, 10)).events] == ["x", "x"]
+
+
+async def test_end_orphaned_repeated_after_a_lost_reply_still_reports_its_win(
+    make_redis_store, monkeypatch
+):
+    store = make_redis_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="dead")
+    _lose_first_reply(store, monkeypatch, "orphan", applied=True)
+    assert await store.end_orphaned("s", life, ["err"]) is True
+    assert await store.end_orphaned("s", life, ["err"]) is False
+    result = await store.read("s", life, 0, 10)
+    assert ([e.data for e in result.events], result.finished) == (["err"], True)
+
+
+# Outages and restarts (a private redis-server each) ---------------------------------------------
+
+
+@pytest.mark.redis
+async def test_restart_without_persistence_never_replays_silently(private_redis):
+    store = RedisStore.from_url(private_redis.url)
+    try:
+        life = new_life()
+        await store.create_stream("s", life, kind="request", owner="r1")
+        for data in "abc":
+            await store.append("s", life, data, None)
+        waiter = asyncio.create_task(store.wait("s", life, 3, 60))
+        await eventually(lambda: parked(store, 1))
+
+        private_redis.stop()
+        private_redis.start()
+
+        # The parked reader is woken once the subscription is back: its stream is gone.
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        seen: list[Any] = []
+
+        async def settled() -> bool:
+            seen.append(await outcome(lambda: store.read("s", life, 1, 10)))
+            return seen[-1] is not StoreUnavailable
+
+        await eventually(settled)
+        assert set(seen) <= {StoreUnavailable, UnknownStream}
+        assert seen[-1] is UnknownStream
+        with pytest.raises(UnknownStream):
+            await store.read("s", life, 3, 10)
+        with pytest.raises(UnknownStream):
+            await store.append("s", life, "d", None)
+        assert await store.stream_info("s", life) is None
+        # A new stream life works, wake-ups included.
+        fresh = new_life()
+        await store.create_stream("s", fresh, kind="request", owner="r1")
+        waiter = asyncio.create_task(store.wait("s", fresh, 0, 60))
+        await eventually(lambda: parked(store, 1))
+        await store.append("s", fresh, "new", None)
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+    finally:
+        await store.close()
+
+
+@pytest.mark.redis
+async def test_restart_with_persistence_continues_the_stream():
+    server = RedisServerProcess(
+        redis_server_executable(), ["--appendonly", "yes", "--appendfsync", "always"]
+    )
+    server.start()
+    store = RedisStore.from_url(server.url)
+    try:
+        life = new_life()
+        await store.create_stream("s", life, kind="request", owner="r1")
+        # Several pooled connections, all of which the restart kills.
+        await asyncio.gather(*(store.append("s", life, str(i), None) for i in range(20)))
+        waiter = asyncio.create_task(store.wait("s", life, 20, 60))
+        await eventually(lambda: parked(store, 1))
+
+        server.stop()
+        server.start()
+
+        # Stale pooled connections are replaced on first use: no call fails.
+        offsets = await asyncio.gather(*(store.append("s", life, "after", None) for _ in range(8)))
+        assert sorted(offsets) == list(range(21, 29))
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        result = await store.read("s", life, 0, 100)
+        assert [e.offset for e in result.events] == list(range(1, 29))
+    finally:
+        await store.close()
+        server.close()
+
+
+def _operations(store: RedisStore, life: str) -> dict[str, Callable[[], Awaitable[Any]]]:
+    return {
+        "ping": store.ping,
+        "record_session": lambda: store.record_session("s", "2025-11-25"),
+        "get_session": lambda: store.get_session("s"),
+        "tombstone_session": lambda: store.tombstone_session("t"),
+        "create_stream": lambda: store.create_stream("s", new_life(), kind="request", owner="r1"),
+        "append": lambda: store.append("s", life, "x", None),
+        "finish": lambda: store.finish("s", life),
+        "read": lambda: store.read("s", life, 0, 10),
+        "wait": lambda: store.wait("s", life, 5, 10),
+        "stream_info": lambda: store.stream_info("s", life),
+        "drop_stream": lambda: store.drop_stream("s", new_life()),
+        "purge_session": lambda: store.purge_session("u"),
+        "heartbeat": lambda: store.heartbeat("r1"),
+        "replica_alive": lambda: store.replica_alive("r1"),
+        "end_orphaned": lambda: store.end_orphaned("s", life, ["e"]),
+    }
+
+
+@pytest.mark.redis
+async def test_outage_raises_store_unavailable_quickly_and_recovers_by_itself(private_redis):
+    store = RedisStore.from_url(private_redis.url)
+    try:
+        life = new_life()
+        await store.create_stream("s", life, kind="request", owner="r1")
+        await store.append("s", life, "a", None)
+        await store.wait("s", life, 0, 1)  # the subscriber runs
+
+        private_redis.stop()
+        timings = {}
+        with structlog.testing.capture_logs() as logs:
+            for name, call in _operations(store, life).items():
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable):
+                    await call()
+                timings[name] = time.monotonic() - started
+        print("outage timings (s):", {k: round(v, 4) for k, v in timings.items()})
+        assert max(timings.values()) < COMMAND_TIMEOUT_S
+        assert [e["event"] for e in logs].count("store.redis_unavailable") == 1
+
+        private_redis.start()
+        await eventually(lambda: _reachable(store))
+        await eventually(store._subscribed.is_set)
+        fresh = new_life()
+        await store.create_stream("s", fresh, kind="request", owner="r1")
+        waiter = asyncio.create_task(store.wait("s", fresh, 0, 60))
+        await eventually(lambda: parked(store, 1))
+        await store.append("s", fresh, "back", None)
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        assert [e.data for e in (await store.read("s", fresh, 0, 10)).events] == ["back"]
+    finally:
+        await store.close()
+    with pytest.raises(StoreUnavailable):
+        await store.ping()  # closed
+    await store.close()
+
+
+async def _reachable(store: RedisStore) -> bool:
+    return await outcome(store.ping) is None
+
+
+@pytest.mark.redis
+async def test_acl_user_and_password_never_logged():
+    secret = "s3cret-Pass-42"
+    server = RedisServerProcess(
+        redis_server_executable(),
+        ["--user", "default", "off", "--user", "app", "on", f">{secret}", "~*", "&*", "+@all"],
+    )
+    server.start()
+    good = RedisStore.from_url(f"redis://app:{secret}@127.0.0.1:{server.port}/0")
+    bad = RedisStore.from_url(f"redis://app:wrong-{secret}@127.0.0.1:{server.port}/0")
+    anonymous = RedisStore.from_url(server.url)
+    try:
+        life = new_life()
+        await good.create_stream("s", life, kind="request", owner="r1")
+        waiter = asyncio.create_task(good.wait("s", life, 0, 30))
+        await eventually(lambda: parked(good, 1))
+        await good.append("s", life, "a", None)
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        with structlog.testing.capture_logs() as logs:
+            for store in (bad, anonymous):
+                with pytest.raises(StoreUnavailable):
+                    await store.ping()
+                with pytest.raises(StoreUnavailable):
+                    await store.wait("s", life, 0, 1)
+        unavailable = [entry for entry in logs if entry["event"] == "store.redis_unavailable"]
+        assert len(unavailable) == 2
+        assert unavailable[0]["url"] == f"redis://app:***@127.0.0.1:{server.port}/0"
+        assert unavailable[0]["error"] == "AuthenticationError"
+        for entry in logs:
+            assert secret not in json.dumps(entry, default=str)
+    finally:
+        for store in (good, bad, anonymous):
+            await store.close()
+        server.close()
+
+
+# Configuration ----------------------------------------------------------------------------------
+
+
+def test_redact_url_hides_passwords_only():
+    assert redact_url("redis://app:p%40ss@h:6379/0") == "redis://app:***@h:6379/0"
+    assert redact_url("rediss://:pw@h/1?ssl_ca_certs=/ca.pem&ssl_password=k") == (
+        "rediss://:***@h/1?ssl_ca_certs=%2Fca.pem&ssl_password=%2A%2A%2A"
+    )
+    assert redact_url("redis://h:6379") == "redis://h:6379"
+    assert redact_url("unix:///run/redis.sock?db=2") == "unix:///run/redis.sock?db=2"
+
+
+async def test_from_settings_builds_bounded_tls_connections():
+    settings = StoreSettings(
+        backend="redis",
+        redis_url="rediss://app:pw@redis.example:6380/2?ssl_ca_certs=/etc/ca.pem&max_connections=500",
+        key_prefix="gw",
+        max_events_per_stream=7,
+    )
+    store = RedisStore.from_settings(settings)
+    try:
+        pool = store._client.connection_pool
+        assert isinstance(pool, BlockingConnectionPool)
+        assert pool.max_connections == COMMAND_CONNECTIONS  # the URL cannot raise the bound
+        assert pool.connection_class is SSLConnection
+        kwargs = pool.connection_kwargs
+        assert (kwargs["ssl_ca_certs"], kwargs["username"], kwargs["db"]) == (
+            "/etc/ca.pem",
+            "app",
+            2,
+        )
+        assert kwargs["socket_timeout"] is None
+        assert store._pubsub_client.connection_pool.max_connections == 1
+        assert store._max_events == 7
+        assert store._channel == "gw:wake"
+        assert "pw" not in store._url
+    finally:
+        await store.close()  # nothing was connected
+
+
+async def test_from_settings_needs_a_url():
+    with pytest.raises(ValueError, match="redis_url"):
+        RedisStore.from_settings(StoreSettings())
+
+
+# Memory per stored event ------------------------------------------------------------------------
+
+EVENTS = 10_000
+
+
+def _event(i: int) -> str:
+    message = {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "tok-1", "progress": i, "total": EVENTS, "message": ""},
+    }
+    base = len(json.dumps(message))
+    message["params"]["message"] = "x" * (200 - base)
+    return json.dumps(message)
+
+
+@pytest.mark.redis
+async def test_memory_per_stored_event(redis_url):
+    store = RedisStore.from_url(redis_url, max_events_per_stream=EVENTS)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        assert len(_event(1)) == 200
+        before = (await admin.info("memory"))["used_memory"]
+        life = new_life()
+        await store.create_stream("s", life, kind="request", owner="r1")
+        for start in range(0, EVENTS, 200):
+            await asyncio.gather(
+                *(store.append("s", life, _event(i), None) for i in range(start, start + 200))
+            )
+        after = (await admin.info("memory"))["used_memory"]
+        keys = SessionKeys.of(PREFIX, "s")
+        stream_bytes = await admin.memory_usage(keys.stream(life), samples=0)
+        meta_bytes = await admin.memory_usage(keys.meta(life), samples=0)
+    finally:
+        await store.close()
+        await admin.aclose()
+    per_event = stream_bytes / EVENTS
+    print(
+        f"200-byte events: stream key {per_event:.1f} B/event (MEMORY USAGE), "
+        f"used_memory delta {(after - before) / EVENTS:.1f} B/event, metadata {meta_bytes} B"
+    )
+    assert 200 <= per_event < 300
