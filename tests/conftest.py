@@ -40,14 +40,29 @@ def make_settings(upstream_url: str, **sections: dict[str, Any]) -> Settings:
 GatewayFactory = Callable[..., contextlib.AbstractAsyncContextManager[RunningGateway]]
 
 
+#: ``GATEWAY_TEST_STORE=redis`` runs every gateway of the integration tests on a real
+#: redis-server instead of the memory store (``.ci/run`` runs those tests both ways).
+STORE_UNDER_TEST = "GATEWAY_TEST_STORE"
+
+
 @pytest.fixture
-def gateway() -> GatewayFactory:
+def gateway(request: pytest.FixtureRequest) -> GatewayFactory:
     """``async with gateway(upstream_url, server={...}, sse={...}) as gw:`` runs a real gateway."""
+    import os
+    import uuid
+
+    redis_url: str | None = None
+    if os.environ.get(STORE_UNDER_TEST) == "redis":
+        redis_url = request.getfixturevalue("redis_server")
 
     @contextlib.asynccontextmanager
     async def factory(
         upstream_url: str, **sections: dict[str, Any]
     ) -> AsyncIterator[RunningGateway]:
+        if redis_url is not None and "backend" not in sections.get("store", {}):
+            # A key prefix of its own: tests never see each other's sessions or streams.
+            store = {"backend": "redis", "redis_url": redis_url, "key_prefix": uuid.uuid4().hex}
+            sections = {**sections, "store": {**store, **sections.get("store", {})}}
         async with run_gateway(make_settings(upstream_url, **sections)) as running:
             yield running
 

@@ -145,11 +145,14 @@ def _healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def _gateway(upstream_url: str, log_dir: Path) -> Iterator[str]:
+def _gateway(
+    upstream_url: str, log_dir: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[str]:
     """The gateway in front of *upstream_url*; yields its MCP endpoint URL once /healthz is 200."""
     log = log_dir / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SSE_GATEWAY_")}
     env.update(GATEWAY_ENVIRONMENT)
+    env.update(extra_env or {})
     for _attempt in range(3):  # the free port may be taken between probe and bind
         port = _free_port()
         cmd = [sys.executable, "-m", "mcp_sse_gateway", "serve", "--upstream", upstream_url]
@@ -173,13 +176,24 @@ def _gateway(upstream_url: str, log_dir: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+def report(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Report:
     """One referee pass (every version, every scenario, both targets) shared by the tests."""
     _require_toolchain()
     logs = tmp_path_factory.mktemp("conformance-processes")
     out_env = os.environ.get("MCP_CONFORMANCE_OUT")
     out = Path(out_env) if out_env else tmp_path_factory.mktemp("conformance-results")
-    with _upstream(logs) as upstream_url, _gateway(upstream_url, logs) as gateway_url:
+    store_env: dict[str, str] = {}
+    if os.environ.get("GATEWAY_TEST_STORE") == "redis":
+        # The same run with the events in a real redis-server (see tests/conftest.py).
+        store_env = {
+            "MCP_SSE_GATEWAY_STORE__BACKEND": "redis",
+            "MCP_SSE_GATEWAY_STORE__REDIS_URL": request.getfixturevalue("redis_server"),
+            "MCP_SSE_GATEWAY_STORE__KEY_PREFIX": "conformance",
+        }
+    with (
+        _upstream(logs) as upstream_url,
+        _gateway(upstream_url, logs, store_env) as gateway_url,
+    ):
         result = asyncio.run(
             referee(
                 upstream_url,
