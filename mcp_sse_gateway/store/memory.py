@@ -44,6 +44,14 @@ TOMBSTONE_TTL_S = 300.0
 DEFAULT_MAX_SESSIONS = 100_000
 #: Rough per-event overhead (object headers, deque slot) counted against the byte cap.
 EVENT_OVERHEAD_BYTES = 120
+#: Expired streams are swept at most this often, seconds: a sweep visits every stream.
+SWEEP_INTERVAL_S = 1.0
+
+
+def _event_bytes(data: str, event: str | None) -> int:
+    """What one stored event counts against the byte cap: its UTF-8 size plus overhead."""
+    size = len(data) if data.isascii() else len(data.encode("utf-8", "surrogatepass"))
+    return size + len(event or "") + EVENT_OVERHEAD_BYTES
 
 
 @dataclass(slots=True)
@@ -114,6 +122,7 @@ class MemoryStore:
         self._streams: dict[str, OrderedDict[str, _Stream]] = {}
         self._stream_touched: dict[str, float] = {}
         self._bytes = 0
+        self._swept_at = float("-inf")
         self._heartbeat_expiry_s = heartbeat_expiry_s
         # replica id -> monotonic time its heartbeat expires.
         self._heartbeats: dict[str, float] = {}
@@ -197,7 +206,13 @@ class MemoryStore:
     # Streams ----------------------------------------------------------------------------------
 
     def _sweep(self, now: float) -> None:
-        """Drop finished streams past their grace period and streams of idle sessions."""
+        """Drop finished streams past their grace period and streams of idle sessions.
+
+        Runs at most every :data:`SWEEP_INTERVAL_S`; reads check expiry themselves meanwhile.
+        """
+        if now - self._swept_at < SWEEP_INTERVAL_S:
+            return
+        self._swept_at = now
         for key in list(self._streams):
             streams = self._streams[key]
             if now - self._stream_touched.get(key, now) > self._ttl_s:
@@ -251,7 +266,7 @@ class MemoryStore:
             UnknownStream: the stream life does not exist (expired or purged).
         """
         stream = self._stream(session_id, life)
-        size = len(data) + len(event or "") + EVENT_OVERHEAD_BYTES
+        size = _event_bytes(data, event)
         stream.last_offset += 1
         stream.events.append(StoredEvent(stream.last_offset, data, event))
         stream.bytes += size
@@ -268,7 +283,7 @@ class MemoryStore:
 
     def _trim_oldest(self, stream: _Stream) -> None:
         dropped = stream.events.popleft()
-        size = len(dropped.data) + len(dropped.event or "") + EVENT_OVERHEAD_BYTES
+        size = _event_bytes(dropped.data, dropped.event)
         stream.bytes -= size
         self._bytes -= size
         stream.first_offset = dropped.offset + 1

@@ -136,7 +136,8 @@ async def deliver(
         delivery.ended = "slow_reader"
         log.info("subscriber.dropped_slow", cursor=delivery.cursor)
         if request.transport is not None:
-            request.transport.close()
+            # abort, not close: close would wait to flush the buffer the reader never drains.
+            request.transport.abort()
         return response, delivery
     except ConnectionResetError:
         delivery.ended = "client_gone"

@@ -365,6 +365,11 @@ class ManagedStreams:
             if not _is_event_stream(response):
                 async with response:
                     return await relay_response(request, response)
+            if await self.store.get_session(session_id, refresh=False) is None:
+                # A session the gateway has no record of (it predates this gateway, or its
+                # record expired) but the upstream accepts: keep a record of unknown version, so
+                # the stream's idle timeout applies to it like to any other session (D2, D5).
+                await self.store.record_session(session_id, "")
             life = standalone_life(session_id)
             info = await self.store.stream_info(session_id, life)
             if info is None:
