@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from mcp_sse_gateway.example.process import example_upstream
+from tests.support.mcp_http import open_session
 from tests.support.sse_client import read_events
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(90)
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 def _free_port() -> int:
@@ -61,22 +61,7 @@ async def test_sigterm_drains_readiness_connections_then_pumps():
             async with asyncio.timeout(30):
                 while not ready_flags or ready_flags[-1] != 200:
                     await ready()
-            init = await http.post(
-                base + "/mcp",
-                headers=ACCEPT,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "drain-test", "version": "1"},
-                    },
-                },
-            )
-            session = {**ACCEPT, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
-            await init.read()
+            session = await open_session(http, base + "/mcp")
             call = await http.post(
                 base + "/mcp",
                 headers=session,

@@ -17,34 +17,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from mcp_sse_gateway.example.process import example_upstream
+from tests.support.mcp_http import open_session
 from tests.support.sse_client import read_events
 
 N = 10
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 pytestmark = pytest.mark.timeout(90)
-
-
-async def _session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
-    init = await http.post(
-        url,
-        headers=ACCEPT,
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "resume-test", "version": "1"},
-            },
-        },
-    )
-    headers = {**ACCEPT, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
-    await init.read()
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert (await http.post(url, headers=headers, json=initialized)).status == 202
-    return headers
 
 
 def _call(count: int, interval_ms: float, request_id: int = 1) -> dict[str, Any]:
@@ -76,7 +54,7 @@ async def test_drop_after_k_messages_and_resume(gateway, drop_after):
         gateway(upstream_url) as gw,
         aiohttp.ClientSession() as http,
     ):
-        headers = await _session(http, gw.mcp_url)
+        headers = await open_session(http, gw.mcp_url)
         call = await http.post(gw.mcp_url, headers=headers, json=_call(N, 20))
         first, _ = await read_events(call, until=1 + drop_after)
         first = first[: 1 + drop_after]  # read no further than the drop point
@@ -103,7 +81,7 @@ async def test_resume_mid_call_then_again_after_the_call_ended(gateway):
         gateway(upstream_url) as gw,
         aiohttp.ClientSession() as http,
     ):
-        headers = await _session(http, gw.mcp_url)
+        headers = await open_session(http, gw.mcp_url)
         call = await http.post(gw.mcp_url, headers=headers, json=_call(N, 30))
         first, _ = await read_events(call, until=3)
         first = first[:3]

@@ -634,28 +634,3 @@ async def test_standalone_reopens_with_the_newest_client_credentials(upstream, g
         second.close()
         standalone.queue.put_nowait(None)
     assert standalone.authorizations[:2] == ["Bearer OLD", "Bearer NEW"]
-
-
-@pytest.mark.redis
-@pytest.mark.parametrize("drop_after", [0, 5, 10])
-async def test_drop_and_resume_on_the_redis_backend(
-    upstream, gateway, http, redis_server, drop_after
-):
-    """The same drop and resume, events stored in a real redis-server."""
-    call = ToolCall(10, pause_after=drop_after)
-    prefix = f"test-{drop_after}-{id(call)}"
-    store = {"backend": "redis", "redis_url": redis_server, "key_prefix": prefix}
-    async with gateway(upstream.url, store=store) as gw:
-        await _initialize(upstream, http, gw)
-        upstream.routes["/mcp"] = call.handle
-        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
-        first, _ = await read_events(response, until=1 + drop_after)
-        response.close()
-        call.resume.set()
-        await asyncio.wait_for(call.finished.wait(), DEADLINE_S)
-        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
-        second, ended = await read_events(resumed)
-    assert ended
-    received = _messages(first) + _messages(second)
-    assert [m["params"]["data"] for m in received if "method" in m] == list(range(10))
-    assert received[-1] == _result(7)

@@ -1,0 +1,37 @@
+"""Raw MCP over HTTP for tests that decide exactly where a connection drops."""
+
+from __future__ import annotations
+
+import aiohttp
+
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+async def open_session(
+    http: aiohttp.ClientSession, url: str, *, version: str = "2025-11-25"
+) -> dict[str, str]:
+    """Initialize a session at *url* (and send ``notifications/initialized``).
+
+    Returns:
+        The headers of the session's later requests (``Accept`` and ``Mcp-Session-Id``).
+    """
+    init = await http.post(
+        url,
+        headers=ACCEPT,
+        json={
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "mcp-sse-gateway-tests", "version": "1"},
+            },
+        },
+    )
+    headers = {**ACCEPT, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
+    await init.read()
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    response = await http.post(url, headers=headers, json=initialized)
+    assert response.status == 202
+    return headers
