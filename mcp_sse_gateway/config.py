@@ -164,7 +164,14 @@ class ServerSettings(_Section):
 
 
 class StoreSettings(_Section):
-    """The event store (DESIGN D7). ``memory`` is the embedded, single-process default."""
+    """The event store (DESIGN D7). ``memory`` is the embedded, single-process default.
+
+    ``redis`` needs ``redis_url``. With ``redis_cluster = true`` (env
+    ``MCP_SSE_GATEWAY_STORE__REDIS_CLUSTER``) that URL is one node of a Redis Cluster
+    (``redis://`` or ``rediss://``, database 0): the store discovers the other nodes, keeps each
+    session's keys in one hash slot and bounds its connections per node (see
+    :mod:`mcp_sse_gateway.store.redis`).
+    """
 
     backend: Literal["memory", "redis"] = Field(
         default="memory", description="'memory' (one process) or 'redis' (replicas)."
@@ -172,6 +179,10 @@ class StoreSettings(_Section):
     redis_url: SecretStr | None = Field(
         default=None,
         description="redis:// or rediss:// URL (user and password allowed; redacted in logs).",
+    )
+    redis_cluster: bool = Field(
+        default=False,
+        description="redis_url names a node of a Redis Cluster (the other nodes are discovered).",
     )
     key_prefix: str = Field(
         default="mcp-sse-gateway", min_length=1, description="Prefix of every Redis key."
@@ -217,6 +228,12 @@ class StoreSettings(_Section):
     def _consistent(self) -> StoreSettings:
         if self.backend == "redis" and self.redis_url is None:
             raise ValueError("backend 'redis' needs store.redis_url")
+        if (
+            self.redis_cluster
+            and self.redis_url is not None
+            and urlsplit(self.redis_url.get_secret_value()).scheme == "unix"
+        ):
+            raise ValueError("redis_cluster needs a redis:// or rediss:// URL, not unix://")
         if self.heartbeat_expiry_s <= self.heartbeat_s:
             raise ValueError("heartbeat_expiry_s must be greater than heartbeat_s")
         return self

@@ -20,9 +20,10 @@ import secrets
 from dataclasses import dataclass
 
 LIFE_HEX_DIGITS = 32
-#: Offsets above this are refused: a stream never holds 10^15 events, and a bound keeps the
-#: parser's work constant for hostile input.
-MAX_OFFSET = 10**15
+#: Offsets above this are refused (a bound keeps the parser's work constant for hostile input).
+#: 2^53 - 1: exact in the Redis store's Lua numbers. A re-created standalone stream life starts
+#: after the current time in microseconds (about 1.8 x 10^15), well below it.
+MAX_OFFSET = 2**53 - 1
 #: Longer values are refused before any parsing.
 MAX_ID_LENGTH = 64
 _EVENT_ID = re.compile(r"\A([0-9a-f]{32})-(0|[1-9][0-9]{0,15})(?:-([0-9a-f]{8}))?\Z")

@@ -56,6 +56,17 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.streams_store_lost = Counter(
+            "mcp_sse_gateway_streams_store_lost_total",
+            "Streams whose events could no longer be stored (store outage): request streams go on "
+            "without ids to the connected client then are dropped; standalone ones start again.",
+            registry=self.registry,
+        )
+        self.streams_orphaned = Counter(
+            "mcp_sse_gateway_streams_orphaned_total",
+            "Streams of a dead replica this replica ended with their pending JSON-RPC errors.",
+            registry=self.registry,
+        )
         self.pumps_broken = Counter(
             "mcp_sse_gateway_pumps_broken_total",
             "Upstream streams that ended before every response arrived (clients got an error).",

@@ -12,6 +12,15 @@ UPSTREAM_STREAM_BROKEN`), then the marker: no client waits forever. If the upstr
 primed and closed on purpose (a resumable upstream, SEP-1699), the pump first resumes it with
 ``GET`` + the upstream's own ``Last-Event-ID``.
 
+If the store becomes unreachable mid-stream (DESIGN D7, outages), the pump hands the stream to
+an in-process :class:`~mcp_sse_gateway.feed.LocalFeed` given by its ``outage`` callback: the
+connected client keeps receiving (the new events without ids), and the stream life ends for
+resumption.
+
+The pump also keeps the stream's *pending* error datas in the store (one JSON-RPC error per
+request still unanswered), so that if this replica dies, another one ends the stream with them
+(:meth:`~mcp_sse_gateway.store.base.EventStore.end_orphaned`).
+
 Sans-IO towards HTTP: the upstream is an async iterator of byte chunks plus a ``reopen`` callback.
 """
 
@@ -19,15 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
 from mcp_sse_gateway import jsonrpc
-from mcp_sse_gateway.errors import EventTooLarge, StoreError, StreamError
+from mcp_sse_gateway.errors import EventTooLarge, StoreError, StoreUnavailable, StreamError
+from mcp_sse_gateway.feed import RECENT_EVENTS, LocalFeed
 from mcp_sse_gateway.sse import SSEDecoder
-from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.store.base import EventStore, StoredEvent
 
 log = structlog.get_logger("mcp_sse_gateway.pump")
 
@@ -42,6 +53,17 @@ DEFAULT_UPSTREAM_RETRY_S = 1.0
 Chunks = AsyncIterator[bytes]
 #: ``reopen(last_event_id)`` → a new upstream body, or None when the upstream refuses to resume.
 Reopen = Callable[[str], Awaitable[Chunks | None]]
+#: ``outage(recent)`` → the feed that carries the stream on once the store failed; *recent* are
+#: the last events stored, oldest first.
+Outage = Callable[[Sequence[StoredEvent]], LocalFeed]
+
+
+def pending_errors(request_ids: Sequence[jsonrpc.JSONRPCId]) -> list[str]:
+    """The SSE data of the gateway's error for each request id (single-line JSON each)."""
+    return [
+        json.dumps(jsonrpc.error_response(rid, jsonrpc.UPSTREAM_STREAM_BROKEN, BROKEN_MESSAGE))
+        for rid in request_ids
+    ]
 
 
 @dataclass(slots=True)
@@ -52,11 +74,43 @@ class PumpResult:
         events: events appended (upstream messages plus the gateway's own errors).
         broken: the upstream ended or failed before every response arrived.
         pending: request ids left without a response when the upstream ended.
+        store_lost: the store failed mid-stream: later events went to the local feed only, or
+            (without an ``outage`` callback) were not read.
     """
 
     events: int = 0
     broken: bool = False
     pending: list[jsonrpc.JSONRPCId] = field(default_factory=list)
+    store_lost: bool = False
+
+
+@dataclass(slots=True)
+class _Sink:
+    """Where the pump's events go: the store, or the local feed once the store failed."""
+
+    store: EventStore
+    session_id: str
+    life: str
+    outage: Outage | None
+    recent: deque[StoredEvent] | None
+    feed: LocalFeed | None = None
+
+    async def put(self, data: str, event: str | None, pending: list[str] | None) -> None:
+        if self.feed is None:
+            try:
+                offset = await self.store.append(
+                    self.session_id, self.life, data, event, pending=pending
+                )
+            except StoreUnavailable:
+                if self.outage is None:
+                    raise
+                log.warning("store.lost_mid_stream")
+                self.feed = self.outage(list(self.recent or ()))
+            else:
+                if self.recent is not None:
+                    self.recent.append(StoredEvent(offset, data, event))
+                return
+        self.feed.push(data, event)
 
 
 def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
@@ -86,6 +140,7 @@ async def run_pump(
     max_event_bytes: int,
     reopen: Reopen | None = None,
     finish: bool = True,
+    outage: Outage | None = None,
 ) -> PumpResult:
     """Read *body* into stream *life* of the session until it ends.
 
@@ -101,6 +156,8 @@ async def run_pump(
         reopen: resumes a resumable upstream that closed on purpose; None to never resume.
         finish: append the terminal marker at the end (False for a standalone stream whose
             life continues across upstream GETs).
+        outage: called once if the store becomes unreachable; the pump then writes to the feed
+            it returns (None: a store failure breaks the stream).
 
     Returns:
         What was appended.
@@ -110,17 +167,29 @@ async def run_pump(
     """
     pending: dict[jsonrpc.JSONRPCId, None] = dict.fromkeys(request_ids)
     result = PumpResult()
+    sink = _Sink(
+        store,
+        session_id,
+        life,
+        outage,
+        deque(maxlen=RECENT_EVENTS) if outage is not None else None,
+    )
     resumes = 0
     try:
         while True:
             decoder = SSEDecoder(max_event_bytes=max_event_bytes)
             before = result.events
             try:
-                retry_ms = await _read_body(store, session_id, life, body, decoder, pending, result)
+                retry_ms = await _read_body(sink, body, decoder, pending, result)
             except StreamError:
                 # The stream was dropped under the pump (session deleted or expired).
                 log.info("stream.dropped_while_pumping")
                 pending.clear()
+                break
+            except StoreUnavailable:
+                # Without an outage feed: the stream cannot go on; it has a gap from here.
+                log.warning("store.lost_mid_stream")
+                result.broken, result.store_lost = bool(pending), True
                 break
             except Exception as exc:  # noqa: BLE001 - any upstream failure; never hang a client
                 # EventTooLarge, timeouts, resets, aiohttp payload errors: the body is over.
@@ -146,14 +215,13 @@ async def run_pump(
             body = reopened
     finally:
         result.pending = list(pending)
-        await _settle(store, session_id, life, result, finish=finish)
+        result.store_lost = result.store_lost or sink.feed is not None
+        await _settle(sink, result, finish=finish)
     return result
 
 
-async def _read_body(  # noqa: PLR0917 - private helper of run_pump
-    store: EventStore,
-    session_id: str,
-    life: str,
+async def _read_body(
+    sink: _Sink,
     body: Chunks,
     decoder: SSEDecoder,
     pending: dict[jsonrpc.JSONRPCId, None],
@@ -177,9 +245,10 @@ async def _read_body(  # noqa: PLR0917 - private helper of run_pump
             if not event.data:
                 # No data (id/retry only) or the upstream's own priming event.
                 continue
-            for rid in _response_ids(event.data):
-                pending.pop(rid, None)
-            await store.append(session_id, life, event.data, _event_type(event.event))
+            settled = [rid for rid in _response_ids(event.data) if pending.pop(rid, 0) is None]
+            await sink.put(
+                event.data, _event_type(event.event), pending_errors(pending) if settled else None
+            )
             result.events += 1
         if failure is not None:
             raise failure
@@ -193,16 +262,19 @@ def _event_type(event: str | None) -> str | None:
     return event
 
 
-async def _settle(
-    store: EventStore, session_id: str, life: str, result: PumpResult, *, finish: bool
-) -> None:
+async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
     """Append the gateway's error for each pending request, then the terminal marker."""
+    errors = pending_errors(result.pending)
     try:
-        for rid in result.pending:
-            error = jsonrpc.error_response(rid, jsonrpc.UPSTREAM_STREAM_BROKEN, BROKEN_MESSAGE)
-            await store.append(session_id, life, json.dumps(error), None)
+        for index, data in enumerate(errors):
+            await sink.put(data, None, errors[index + 1 :])
             result.events += 1
-        if finish:
-            await store.finish(session_id, life)
+        if sink.feed is not None:
+            sink.feed.close()
+        elif finish:
+            await sink.store.finish(sink.session_id, sink.life)
     except (StoreError, StreamError):
         log.warning("store.settle_failed", pending=len(result.pending))
+    finally:
+        if sink.feed is not None:
+            sink.feed.close()

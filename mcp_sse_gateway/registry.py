@@ -54,6 +54,9 @@ class Registry:
         #: upstream GET, so a refreshed token is used from the next re-open on.
         self.standalone_calls: dict[str, Any] = {}
         self._standalone_locks: dict[str, asyncio.Lock] = {}
+        #: Streams whose pump lost the store mid-stream: their events from then on, for the
+        #: attached connection (``(session digest, life)`` → LocalFeed; see mcp_sse_gateway.feed).
+        self.feeds: dict[tuple[str, str], Any] = {}
         self.closing = False
 
     @property
@@ -100,6 +103,10 @@ class Registry:
         """Forget *attachment* unless a newer one already replaced it."""
         if self._attached.get(attachment.key) is attachment:
             del self._attached[attachment.key]
+
+    def attached(self, key: tuple[str, str]) -> bool:
+        """Whether a connection reads stream *key* now."""
+        return key in self._attached
 
     def attachments(self) -> list[Attachment]:
         """Every attachment now (a copy)."""

@@ -46,27 +46,59 @@ STORE_UNDER_TEST = "GATEWAY_TEST_STORE"
 
 
 @pytest.fixture
-def gateway(request: pytest.FixtureRequest) -> GatewayFactory:
-    """``async with gateway(upstream_url, server={...}, sse={...}) as gw:`` runs a real gateway."""
+def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayFactory]:
+    """``async with gateway(upstream_url, server={...}, sse={...}) as gw:`` runs a real gateway.
+
+    On Redis (``GATEWAY_TEST_STORE=redis``), the test's teardown checks that every key its
+    gateways wrote has a TTL: ``SCAN MATCH <prefix>*`` over their key prefixes, once every
+    gateway has shut down (pumps drained or cancelled, store closed).
+    """
     import os
     import uuid
+
+    from tests.support.redis_keys import assert_every_key_expires
 
     redis_url: str | None = None
     if os.environ.get(STORE_UNDER_TEST) == "redis":
         redis_url = request.getfixturevalue("redis_server")
+    # Key prefixes of this test's gateways on the shared redis-server, and how many still run.
+    prefixes: list[str] = []
+    running_gateways = 0
 
     @contextlib.asynccontextmanager
     async def factory(
         upstream_url: str, **sections: dict[str, Any]
     ) -> AsyncIterator[RunningGateway]:
+        nonlocal running_gateways
         if redis_url is not None and "backend" not in sections.get("store", {}):
             # A key prefix of its own: tests never see each other's sessions or streams.
             store = {"backend": "redis", "redis_url": redis_url, "key_prefix": uuid.uuid4().hex}
             sections = {**sections, "store": {**store, **sections.get("store", {})}}
-        async with run_gateway(make_settings(upstream_url, **sections)) as running:
-            yield running
+        settings = make_settings(upstream_url, **sections)
+        store_settings = settings.store
+        if (
+            redis_url is not None
+            and store_settings.backend == "redis"
+            and store_settings.redis_url is not None
+            and store_settings.redis_url.get_secret_value() == redis_url
+        ):
+            prefixes.append(store_settings.key_prefix)
+        running_gateways += 1
+        try:
+            async with run_gateway(settings) as running:
+                yield running
+        finally:
+            # run_gateway has returned: the app's cleanup ran (pumps done, store closed).
+            running_gateways -= 1
 
-    return factory
+    yield factory
+
+    if redis_url is not None and prefixes:
+        assert running_gateways == 0, (
+            f"{running_gateways} gateway(s) still running at teardown: "
+            "cannot check their Redis keys' TTLs (exit every `async with gateway(...)`)"
+        )
+        assert_every_key_expires(redis_url, prefixes, scenario=request.node.nodeid)
 
 
 # A real redis-server for the store tests (DESIGN D7) ---------------------------------------------
@@ -207,5 +239,16 @@ def redis_server() -> Iterator[str]:
     try:
         server.start()
         yield server.url
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def private_redis() -> Iterator[RedisServerProcess]:
+    """A redis-server of this test only (it may stop and restart it)."""
+    server = RedisServerProcess(redis_server_executable())
+    try:
+        server.start()
+        yield server
     finally:
         server.close()

@@ -103,16 +103,40 @@ class EventStore(Protocol):
         """Mark a session deleted; its record then reads ``deleted=True`` until it expires."""
 
     async def create_stream(
-        self, session_id: str, life: str, *, kind: StreamKind, owner: str
+        self,
+        session_id: str,
+        life: str,
+        *,
+        kind: StreamKind,
+        owner: str,
+        pending: Sequence[str] = (),
+        start_after: int = 0,
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
+
+        *pending* are the SSE datas (JSON-RPC error responses, one per request id still waiting
+        for its response) that :meth:`end_orphaned` appends if the owner dies first. The first
+        event gets offset ``start_after + 1``: a stream life created again under the same id
+        (the standalone stream's) starts after every offset it used before, so an old cursor
+        gets :class:`~mcp_sse_gateway.errors.CursorGone`, never events it did not miss.
 
         Raises:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` unfinished streams.
         """
 
-    async def append(self, session_id: str, life: str, data: str, event: str | None) -> int:
+    async def append(
+        self,
+        session_id: str,
+        life: str,
+        data: str,
+        event: str | None,
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
         """Append one event and wake its readers, atomically.
+
+        With *pending* (an event that answered requests), the stream's pending error datas are
+        replaced by it in the same atomic step.
 
         Returns:
             The event's offset (one more than the previous one).
@@ -155,11 +179,14 @@ class EventStore(Protocol):
     async def replica_alive(self, replica_id: str) -> bool:
         """Whether *replica_id*'s heartbeat has not expired."""
 
-    async def end_orphaned(self, session_id: str, life: str, error_datas: Sequence[str]) -> bool:
+    async def end_orphaned(
+        self, session_id: str, life: str, error_datas: Sequence[str] | None = None
+    ) -> bool:
         """End an unfinished stream whose owner's heartbeat expired, exactly once.
 
-        Appends *error_datas* (JSON-RPC error responses) then the terminal marker, as one
-        compare-and-set. Returns True only for the caller that did it.
+        Appends *error_datas* (JSON-RPC error responses; None: the stream's stored pending ones)
+        then the terminal marker, as one compare-and-set. Returns True only for the caller that
+        did it.
         """
 
     async def ping(self) -> None:

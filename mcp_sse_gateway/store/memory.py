@@ -68,6 +68,8 @@ class _Stream:
     bytes: int = 0
     trimmed: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Error datas for the requests still waiting for their response (see end_orphaned).
+    pending: tuple[str, ...] = ()
 
     def info(self) -> StreamInfo:
         return StreamInfo(
@@ -238,7 +240,14 @@ class MemoryStore:
         return stream
 
     async def create_stream(
-        self, session_id: str, life: str, *, kind: StreamKind, owner: str
+        self,
+        session_id: str,
+        life: str,
+        *,
+        kind: StreamKind,
+        owner: str,
+        pending: Sequence[str] = (),
+        start_after: int = 0,
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -256,11 +265,29 @@ class MemoryStore:
                 log.warning("store.streams_per_session_limit", limit=self._max_streams)
                 raise StoreLimitExceeded("too many open streams in this session")
             self._release(streams.pop(oldest_finished))
-        streams[life] = _Stream(session_key=key, life=life, kind=kind, owner=owner)
+        streams[life] = _Stream(
+            session_key=key,
+            life=life,
+            kind=kind,
+            owner=owner,
+            pending=tuple(pending),
+            first_offset=start_after + 1,
+            last_offset=start_after,
+        )
         self._stream_touched[key] = now
 
-    async def append(self, session_id: str, life: str, data: str, event: str | None) -> int:
+    async def append(
+        self,
+        session_id: str,
+        life: str,
+        data: str,
+        event: str | None,
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
         """Append one event and wake its readers; returns its offset.
+
+        With *pending*, the stream's pending error datas become *pending*.
 
         Raises:
             UnknownStream: the stream life does not exist (expired or purged).
@@ -269,6 +296,8 @@ class MemoryStore:
         size = _event_bytes(data, event)
         stream.last_offset += 1
         stream.events.append(StoredEvent(stream.last_offset, data, event))
+        if pending is not None:
+            stream.pending = tuple(pending)
         stream.bytes += size
         self._bytes += size
         if len(stream.events) > self._max_events:
@@ -365,8 +394,12 @@ class MemoryStore:
         """Whether *replica_id* sent a heartbeat within ``heartbeat_expiry_s`` seconds."""
         return self._heartbeats.get(replica_id, float("-inf")) > self._clock()
 
-    async def end_orphaned(self, session_id: str, life: str, error_datas: Sequence[str]) -> bool:
+    async def end_orphaned(
+        self, session_id: str, life: str, error_datas: Sequence[str] | None = None
+    ) -> bool:
         """End a stream whose owner replica is dead: errors, then the terminal marker, once.
+
+        *error_datas* None appends the stream's pending ones (from create_stream/append).
 
         Returns:
             True only for the caller that ended it; False when the stream does not exist, is
@@ -380,7 +413,7 @@ class MemoryStore:
             return False
         # Nothing below suspends (these coroutines never await), so no other caller can run
         # between the check above and the marker: the compare-and-set is atomic.
-        for data in error_datas:
+        for data in stream.pending if error_datas is None else error_datas:
             await self.append(session_id, life, data, None)
         await self.finish(session_id, life)
         return True

@@ -30,10 +30,25 @@ every call, the other open streams of the session at most once per ``session_idl
 (a ``fresh`` marker key). A finished stream lives ``finished_stream_ttl_s`` from its terminal
 marker. Heartbeats: ``heartbeat_expiry_s``.
 
-Redis Cluster: the keys of one session share the hash tag ``{<digest>}``; scripts also touch keys
-of the same session that they derive from the prefixes passed in ``ARGV`` (same slot). The
-heartbeat key is in its own slot, so :meth:`RedisStore.end_orphaned` checks it with a separate
-command before its compare-and-set script.
+Redis Cluster (``store.redis_cluster = true``; ``redis_url`` names any one node, database 0, no
+``unix://``): the keys of one session share the hash tag ``{<digest>}``, so every script runs on
+the node of that slot; scripts also touch keys of the same session that they derive from the
+prefixes passed in ``ARGV`` (same slot, which Redis Cluster allows; only other slots are refused).
+The heartbeat key is in its own slot, so :meth:`RedisStore.end_orphaned` checks it with a separate
+command before its compare-and-set script. Commands go through a cluster client
+(:class:`~mcp_sse_gateway.store.cluster.BoundedRedisCluster`) that discovers the other nodes and
+follows ``MOVED``/``ASK``; wake-ups are published with classic ``PUBLISH``, which the cluster
+broadcasts to every node, so the subscriber holds one plain connection to one node: first the
+URL's, the next known node after each failure
+(:class:`~mcp_sse_gateway.store.cluster.ClusterSubscriber`).
+Connections are bounded **per node: at most 9**
+(:data:`MAX_CLUSTER_CONNECTIONS_PER_NODE`): :data:`CLUSTER_COMMAND_CONNECTIONS_PER_NODE` (8)
+for commands (at most 8 commands are in flight across the cluster, bursts queue up to
+:data:`POOL_WAIT_S`) plus the subscriber's one connection on the node it listens on; a process
+opens at most ``8 * nodes + 1``. A cluster that is down, redirects without end or cannot be
+discovered raises ``StoreUnavailable`` like an unreachable Redis; the topology is discovered again
+after a connection error (redis-py repeats nothing itself, the store's one repeat applies).
+Tested on a loopback cluster of three masters (``tests/store/test_redis_cluster.py``).
 
 URLs: ``redis://[user:password@]host:port/db``, ``rediss://…`` (TLS; a private CA is given as
 ``?ssl_ca_certs=/path/ca.pem``, client certificates as ``ssl_certfile``/``ssl_keyfile``) or
@@ -68,6 +83,7 @@ import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -86,6 +102,7 @@ from mcp_sse_gateway.store.base import (
     StreamInfo,
     StreamKind,
 )
+from mcp_sse_gateway.store.cluster import ClusterSubscriber, cluster_client
 from mcp_sse_gateway.store.keys import (
     SessionKeys,
     heartbeat_key,
@@ -103,6 +120,12 @@ COMMAND_CONNECTIONS = 8
 SUBSCRIBER_CONNECTIONS = 1
 #: The most connections one store opens to Redis, whatever the number of waiting clients.
 MAX_CONNECTIONS_PER_PROCESS = COMMAND_CONNECTIONS + SUBSCRIBER_CONNECTIONS
+#: Redis Cluster: command connections per node (each node's pool), and the bound on commands in
+#: flight across the cluster, so that a burst queues instead of exhausting a node's pool.
+CLUSTER_COMMAND_CONNECTIONS_PER_NODE = COMMAND_CONNECTIONS
+#: Redis Cluster: the most connections one store opens to any one node (its command connections,
+#: and the subscriber's when it subscribes on that node), whatever the number of waiting clients.
+MAX_CLUSTER_CONNECTIONS_PER_NODE = CLUSTER_COMMAND_CONNECTIONS_PER_NODE + SUBSCRIBER_CONNECTIONS
 #: How long a command waits for a free pooled connection before StoreUnavailable, seconds.
 POOL_WAIT_S = 5.0
 #: TCP (and TLS) connect timeout, seconds: an unreachable Redis fails fast.
@@ -132,7 +155,10 @@ READ_MAX_BYTES = 4 * 1024 * 1024
 MAX_TRACKED_STREAMS = 100_000
 
 #: redis-py errors meaning "Redis cannot serve this now" (connection, timeout, failover,
-#: loading, out of memory), mapped to StoreUnavailable.
+#: loading, out of memory; in Redis Cluster also a cluster that is down or redirects without
+#: end: ``ClusterError``, covering ``ClusterDownError`` and an exhausted ``MOVED``/``ASK`` chain),
+#: mapped to StoreUnavailable. A failed topology discovery arrives as ``ConnectionError``
+#: (:class:`~mcp_sse_gateway.store.cluster.BoundedRedisCluster`).
 UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.ConnectionError,
     redis_errors.TimeoutError,
@@ -140,6 +166,7 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.OutOfMemoryError,
     redis_errors.TryAgainError,
     redis_errors.ClusterDownError,
+    redis_errors.ClusterError,
     OSError,
 )
 
@@ -210,7 +237,7 @@ end
 
 local function add_event(meta, stream, max_events, data, has_event, event)
   local last = redis.call('HINCRBY', meta, 'last', 1)
-  local id = '0-' .. last
+  local id = string.format('0-%d', last)
   if has_event == '1' then
     redis.call('XADD', stream, 'MAXLEN', max_events, id, 'd', data, 'e', event)
   else
@@ -276,7 +303,9 @@ return 1
 """
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] kind, ARGV[9] owner,
-# ARGV[10] max streams per session. -> 1 created, 0 limit reached
+# ARGV[10] max streams per session, ARGV[11] pending error datas (LF-joined; JSON has no raw LF),
+# ARGV[12] the offset the stream starts after.
+# -> 1 created, 0 limit reached
 _LUA_CREATE = """
 local life = ARGV[7]
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -306,7 +335,8 @@ while count >= tonumber(ARGV[10]) do
   drop(victim)
   count = count - 1
 end
-redis.call('HSET', KEYS[3], 'kind', ARGV[8], 'owner', ARGV[9], 'last', 0, 'fin', '0')
+redis.call('HSET', KEYS[3], 'kind', ARGV[8], 'owner', ARGV[9], 'last', ARGV[12],
+  'base', ARGV[12], 'fin', '0', 'pend', ARGV[11])
 redis.call('PEXPIRE', KEYS[3], KEEP_MS)
 redis.call('RPUSH', INDEX, life)
 touch_session()
@@ -315,11 +345,12 @@ return 1
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] data, ARGV[9] has event (1/0),
 # ARGV[10] event, ARGV[11] max events, ARGV[12] the writer's previous offset (-1: unknown),
-# ARGV[13] token of this append (random; the same when the call is repeated).
+# ARGV[13] token of this append (random; the same when the call is repeated), ARGV[14] new
+# pending error datas given (1/0), ARGV[15] those datas (LF-joined).
 # -> {offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events lost
 _LUA_APPEND = """
 local meta, stream, life = KEYS[3], KEYS[4], ARGV[7]
-local m = redis.call('HMGET', meta, 'last', 'fin', 'tok')
+local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base')
 if not m[1] then
   return {-1, 0}
 end
@@ -337,8 +368,12 @@ end
 local max_events = tonumber(ARGV[11])
 local last = add_event(meta, stream, max_events, ARGV[8], ARGV[9], ARGV[10])
 redis.call('HSET', meta, 'tok', ARGV[13])
+if ARGV[14] == '1' then
+  redis.call('HSET', meta, 'pend', ARGV[15])
+end
 local trimmed = 0
-if last > max_events and redis.call('HSETNX', meta, 'trimmed', '1') == 1 then
+local stored = last - tonumber(m[4] or '0')
+if stored > max_events and redis.call('HSETNX', meta, 'trimmed', '1') == 1 then
   trimmed = 1
 end
 if m[2] ~= '1' then
@@ -381,7 +416,7 @@ touch_session()
 -- At most `limit` entries, and no more bytes than the budget (but always one entry): a batch of
 -- large events must not become one huge reply.
 local entries, size, budget = {}, 0, tonumber(ARGV[9])
-local from = '(0-' .. after
+local from = string.format('(0-%d', after)
 while #entries < limit and size < budget do
   local chunk = redis.call('XRANGE', KEYS[4], from, '+', 'COUNT', math.min(64, limit - #entries))
   if #chunk == 0 then
@@ -414,10 +449,11 @@ return {m[1], m[2], tonumber(m[3]), m[4] == '1' and 1 or 0, redis.call('XLEN', K
 """
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] owner seen dead, ARGV[9] max events,
-# ARGV[10] finished-stream TTL (ms), ARGV[11] caller token, ARGV[12..] error event datas.
+# ARGV[10] finished-stream TTL (ms), ARGV[11] caller token, ARGV[12] use the stored pending
+# datas (1/0), ARGV[13..] error event datas (when not).
 # -> 1 if this caller ended it (also when asked again after a lost reply)
 _LUA_END_ORPHANED = """
-local m = redis.call('HMGET', KEYS[3], 'owner', 'fin', 'ended_by')
+local m = redis.call('HMGET', KEYS[3], 'owner', 'fin', 'ended_by', 'pend')
 if m[2] == '1' and m[3] == ARGV[11] then
   return 1
 end
@@ -425,8 +461,14 @@ if not m[1] or m[2] == '1' or m[1] ~= ARGV[8] then
   return 0
 end
 local max_events = tonumber(ARGV[9])
-for i = 12, #ARGV do
-  add_event(KEYS[3], KEYS[4], max_events, ARGV[i], '0', '')
+if ARGV[12] == '1' then
+  for data in string.gmatch(m[4] or '', '[^\\n]+') do
+    add_event(KEYS[3], KEYS[4], max_events, data, '0', '')
+  end
+else
+  for i = 13, #ARGV do
+    add_event(KEYS[3], KEYS[4], max_events, ARGV[i], '0', '')
+  end
 end
 redis.call('HSET', KEYS[3], 'ended_by', ARGV[11])
 finish(KEYS[3], KEYS[4], ARGV[7], tonumber(ARGV[10]))
@@ -476,6 +518,13 @@ async def _twice(attempt: Callable[[bool], Awaitable[T]]) -> T:
         return await attempt(True)
 
 
+def _join_datas(datas: Sequence[str]) -> str:
+    """Datas as one field value, LF-separated (each is single-line JSON)."""
+    if any("\n" in data for data in datas):
+        raise ValueError("pending error datas must be single lines")
+    return "\n".join(datas)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
@@ -503,9 +552,11 @@ class RedisStore:
         client: command client. The store never opens more connections than its pool allows;
             :meth:`from_url` builds one bounded to :data:`COMMAND_CONNECTIONS`. Give it a
             blocking pool (a plain pool raises when exhausted) and ``socket_timeout=None``
-            (see :data:`COMMAND_TIMEOUT_S`).
+            (see :data:`COMMAND_TIMEOUT_S`). A Redis Cluster client (see
+            :class:`~mcp_sse_gateway.store.cluster.BoundedRedisCluster`) needs *pubsub_client*.
         pubsub_client: client whose pool provides the subscriber's one connection; defaults to
-            *client* (then the subscriber takes one of its pooled connections).
+            *client* (then the subscriber takes one of its pooled connections). In Redis
+            Cluster, a :class:`~mcp_sse_gateway.store.cluster.ClusterSubscriber`.
         key_prefix: prefix of every key and of the wake-up channel.
         session_idle_ttl_s: a session (record and open streams) expires this many seconds
             after its last use.
@@ -523,9 +574,9 @@ class RedisStore:
 
     def __init__(
         self,
-        client: Redis,
+        client: Redis | RedisCluster,
         *,
-        pubsub_client: Redis | None = None,
+        pubsub_client: Redis | ClusterSubscriber | None = None,
         key_prefix: str = "mcp-sse-gateway",
         session_idle_ttl_s: float = 3600.0,
         max_events_per_stream: int = 10_000,
@@ -535,6 +586,8 @@ class RedisStore:
         close_clients: bool = False,
         url_for_logs: str = "",
     ) -> None:
+        if pubsub_client is None and isinstance(client, RedisCluster):
+            raise ValueError("a Redis Cluster client needs a pubsub_client (ClusterSubscriber)")
         self._client = client
         self._pubsub_client = pubsub_client if pubsub_client is not None else client
         self._prefix = key_prefix
@@ -589,23 +642,29 @@ class RedisStore:
         max_streams_per_session: int = 100,
         finished_stream_ttl_s: float = 300.0,
         heartbeat_expiry_s: float = 15.0,
+        cluster: bool = False,
     ) -> RedisStore:
         """A store with its own bounded connections to the Redis at *url* (none opened yet).
 
         Args:
-            url: ``redis://``, ``rediss://`` or ``unix://`` URL (see the module docstring).
+            url: ``redis://``, ``rediss://`` or ``unix://`` URL (see the module docstring); with
+                *cluster*, ``redis://`` or ``rediss://`` of one node of the cluster.
             key_prefix: prefix of every key.
             session_idle_ttl_s: see the class.
             max_events_per_stream: see the class.
             max_streams_per_session: see the class.
             finished_stream_ttl_s: see the class.
             heartbeat_expiry_s: see the class.
+            cluster: *url* names a node of a Redis Cluster: commands go through a cluster client
+                (:data:`CLUSTER_COMMAND_CONNECTIONS_PER_NODE` connections per node), the
+                wake-up subscriber to one node at a time.
 
         Returns:
             The store; :meth:`close` closes its connections.
 
         Raises:
-            ValueError: the URL is malformed or of another scheme.
+            ValueError: the URL is malformed or of another scheme (with *cluster*: a
+                ``unix://`` URL or a database other than 0).
         """
         options: dict[str, Any] = {
             "socket_connect_timeout": CONNECT_TIMEOUT_S,
@@ -619,13 +678,24 @@ class RedisStore:
         for bound_here in ("max_connections", "timeout", "socket_timeout"):
             url_options.pop(bound_here, None)
         options.update(url_options)
-        commands = BlockingConnectionPool(
-            max_connections=COMMAND_CONNECTIONS, timeout=POOL_WAIT_S, **options
-        )
-        wakeups = ConnectionPool(max_connections=SUBSCRIBER_CONNECTIONS, **options)
+        client: Redis | RedisCluster
+        subscriber: Redis | ClusterSubscriber
+        if cluster:
+            client = cluster_client(
+                options,
+                commands_in_flight=CLUSTER_COMMAND_CONNECTIONS_PER_NODE,
+                pool_wait_s=POOL_WAIT_S,
+            )
+            subscriber = ClusterSubscriber(client, options)
+        else:
+            commands = BlockingConnectionPool(
+                max_connections=COMMAND_CONNECTIONS, timeout=POOL_WAIT_S, **options
+            )
+            wakeups = ConnectionPool(max_connections=SUBSCRIBER_CONNECTIONS, **options)
+            client, subscriber = Redis.from_pool(commands), Redis.from_pool(wakeups)
         return cls(
-            Redis.from_pool(commands),
-            pubsub_client=Redis.from_pool(wakeups),
+            client,
+            pubsub_client=subscriber,
             key_prefix=key_prefix,
             session_idle_ttl_s=session_idle_ttl_s,
             max_events_per_stream=max_events_per_stream,
@@ -653,6 +723,7 @@ class RedisStore:
             max_streams_per_session=settings.max_streams_per_session,
             finished_stream_ttl_s=settings.finished_stream_ttl_s,
             heartbeat_expiry_s=settings.heartbeat_expiry_s,
+            cluster=settings.redis_cluster,
         )
 
     @property
@@ -816,7 +887,14 @@ class RedisStore:
     # Streams ----------------------------------------------------------------------------------
 
     async def create_stream(
-        self, session_id: str, life: str, *, kind: StreamKind, owner: str
+        self,
+        session_id: str,
+        life: str,
+        *,
+        kind: StreamKind,
+        owner: str,
+        pending: Sequence[str] = (),
+        start_after: int = 0,
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -825,6 +903,10 @@ class RedisStore:
             life: the new stream life (32 hex digits); an existing one is replaced.
             kind: ``request`` or ``standalone``.
             owner: the replica whose pump writes the stream (see :meth:`end_orphaned`).
+            pending: error datas :meth:`end_orphaned` appends if the owner dies first (one
+                JSON-RPC error response per request id; single-line JSON).
+            start_after: the first event gets offset ``start_after + 1`` (a re-created stream
+                life starts after every offset its earlier incarnation used).
 
         Raises:
             StoreLimitExceeded: the session already holds ``max_streams_per_session``
@@ -837,14 +919,22 @@ class RedisStore:
                 "create",
                 keys,
                 [keys.meta(life), keys.stream(life)],
-                [life, kind, owner, self._max_streams],
+                [life, kind, owner, self._max_streams, _join_datas(pending), start_after],
             )
         if not created:
             log.warning("store.streams_per_session_limit", limit=self._max_streams)
             raise StoreLimitExceeded("too many open streams in this session")
         self._track(keys.digest, life, 0)
 
-    async def append(self, session_id: str, life: str, data: str, event: str | None) -> int:
+    async def append(
+        self,
+        session_id: str,
+        life: str,
+        data: str,
+        event: str | None,
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
         """Append one event and wake its readers, atomically (one script).
 
         Args:
@@ -852,6 +942,8 @@ class RedisStore:
             life: the stream life.
             data: the SSE data (its size is bounded upstream by ``max_event_bytes``).
             event: the SSE event type, or None.
+            pending: when given, replaces the stream's pending error datas in the same script
+                (the event answered requests; see :meth:`end_orphaned`).
 
         Returns:
             The event's offset (one more than the previous one).
@@ -880,6 +972,8 @@ class RedisStore:
                     self._max_events,
                     expected,
                     token,
+                    "0" if pending is None else "1",
+                    "" if pending is None else _join_datas(pending),
                 ],
             )
         if offset == _LOST:
@@ -1057,7 +1151,9 @@ class RedisStore:
             except Exception as exc:  # noqa: BLE001 - the subscriber must outlive any failure
                 if self._subscribed.is_set():
                     backoff_s = SUBSCRIBER_BACKOFF_S[0]  # it worked until now: a new outage
-                self._subscribed.clear()
+                    self._subscribed.clear()
+                    # Waiters look at their stream now: they learn of the outage at once.
+                    self._wake_all()
                 if not self._wakeups_down:
                     self._wakeups_down = True
                     log.warning("store.redis_wakeups_lost", url=self._url, error=type(exc).__name__)
@@ -1127,7 +1223,9 @@ class RedisStore:
             key = heartbeat_key(self._prefix, replica_id)
             return bool(await _twice(lambda _: self._client.exists(key)))
 
-    async def end_orphaned(self, session_id: str, life: str, error_datas: Sequence[str]) -> bool:
+    async def end_orphaned(
+        self, session_id: str, life: str, error_datas: Sequence[str] | None = None
+    ) -> bool:
         """End a stream whose owner replica is dead, exactly once across all replicas.
 
         If the stream is unfinished and its owner's heartbeat key is gone, appends
@@ -1138,7 +1236,8 @@ class RedisStore:
         Args:
             session_id: the raw session id.
             life: the stream life.
-            error_datas: the SSE data of each error event (JSON-RPC error responses).
+            error_datas: the SSE data of each error event (JSON-RPC error responses); None
+                appends the stream's stored pending ones.
 
         Returns:
             True only for the one caller that ended the stream; False when the stream does not
@@ -1162,12 +1261,18 @@ class RedisStore:
                 "orphan",
                 keys,
                 [keys.meta(life), keys.stream(life)],
-                [life, owner, self._max_events, self._finished_ms, token, *error_datas],
+                [
+                    life,
+                    owner,
+                    self._max_events,
+                    self._finished_ms,
+                    token,
+                    "1" if error_datas is None else "0",
+                    *(error_datas or ()),
+                ],
             )
         if ended:
-            log.warning(
-                "store.stream_orphaned", session=keys.digest, owner=owner, errors=len(error_datas)
-            )
+            log.warning("store.stream_orphaned", session=keys.digest, owner=owner)
             self._untrack(keys.digest, life)
         return bool(ended)
 

@@ -13,6 +13,13 @@ is no switch. The connection:
 * is cut, without stalling anyone, when a write blocks for ``sse.slow_reader_cut_s`` (a slow
   reader resumes from the store).
 
+When the store becomes unreachable (D7, outages), the connection waits for it (sending
+keepalives) or, once this replica's pump moved the stream to a local feed
+(:mod:`mcp_sse_gateway.feed`), goes on from that feed: events stored before the outage keep
+their ids, later ones are sent without. On a resumed stream whose owner replica stopped beating,
+the connection ends the stream with the owner's pending errors (``end_orphaned``), so the client
+gets an error rather than a hang.
+
 Sources: WHATWG HTML, server-sent events; MCP 2025-11-25 transports, "Resumability and
 Redelivery", SEP-1699.
 """
@@ -21,14 +28,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
 
 from mcp_sse_gateway.config import Settings
-from mcp_sse_gateway.errors import SSEError, StoreError, StreamError, UnknownStream
+from mcp_sse_gateway.errors import (
+    SSEError,
+    StoreError,
+    StoreUnavailable,
+    StreamError,
+    UnknownStream,
+)
 from mcp_sse_gateway.event_ids import event_id, priming_id
+from mcp_sse_gateway.feed import LocalFeed
 from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming, encode_retry
 from mcp_sse_gateway.store.base import EventStore
@@ -46,6 +61,12 @@ KEEPALIVE = encode_comment("keepalive")
 #: at most this much stays blocked for ``slow_reader_cut_s`` (no progress), not one that needs
 #: longer than that for a whole replay batch.
 WRITE_CHUNK_BYTES = 256 * 1024
+#: While the store is down, look for a local feed this often, seconds ...
+OUTAGE_FEED_CHECK_S = 0.1
+#: ... and try the store again this often, seconds.
+OUTAGE_STORE_CHECK_S = 1.0
+#: Events written per batch from a local feed.
+FEED_BATCH_EVENTS = 256
 
 
 @dataclass(slots=True)
@@ -81,6 +102,7 @@ async def deliver(
     primes: bool,
     resuming: bool = False,
     headers: dict[str, str] | None = None,
+    check_owner: Callable[[], Awaitable[object]] | None = None,
 ) -> tuple[web.StreamResponse, Delivery]:
     """Stream *life* to the client from *cursor* until one of the closes above.
 
@@ -97,6 +119,8 @@ async def deliver(
         resuming: a resume (GET + ``Last-Event-ID``): it replays what is stored before a
             polling close, and ``poll_after_ms = 0`` does not close it on purpose at all.
         headers: extra response headers (e.g. ``Mcp-Session-Id`` relayed from the upstream).
+        check_owner: called whenever the stream was idle for ``keepalive_s``: ends the stream if
+            its owner replica died (the stream is then finished with errors, and delivered).
 
     Returns:
         The prepared (and ended) response, and what was delivered.
@@ -121,6 +145,9 @@ async def deliver(
             life=life,
             primes=primes,
             resuming=resuming,
+            feeds=registry.feeds,
+            feed_key=(session_key, life),
+            check_owner=check_owner,
         )
     except asyncio.CancelledError:
         if attachment.reason is None:
@@ -177,7 +204,7 @@ async def _close_with_retry(response: web.StreamResponse, retry_ms: int) -> None
         pass
 
 
-async def _run(  # noqa: C901, PLR0912 - one loop: replay and live tail share one cursor
+async def _run(  # noqa: C901, PLR0912, PLR0915 - one loop: replay and live tail share one cursor
     response: web.StreamResponse,
     delivery: Delivery,
     *,
@@ -187,6 +214,9 @@ async def _run(  # noqa: C901, PLR0912 - one loop: replay and live tail share on
     life: str,
     primes: bool,
     resuming: bool,
+    feeds: dict[tuple[str, str], LocalFeed],
+    feed_key: tuple[str, str],
+    check_owner: Callable[[], Awaitable[object]] | None,
 ) -> None:
     sse = settings.sse
     cut_s = sse.slow_reader_cut_s
@@ -208,7 +238,16 @@ async def _run(  # noqa: C901, PLR0912 - one loop: replay and live tail share on
     replaying = True
     full_batches = 0
     while True:
-        result = await store.read(session_id, life, delivery.cursor, batch)
+        try:
+            result = await store.read(session_id, life, delivery.cursor, batch)
+        except (StoreUnavailable, UnknownStream) as exc:
+            feed = await _await_store_or_feed(
+                exc, response, store, settings, session_id, life, feeds, feed_key
+            )
+            if feed is not None:
+                await _run_feed(response, delivery, feed, life, settings)
+                return
+            continue
         if result.events:
             pieces: list[bytes] = []
             size = 0
@@ -244,7 +283,97 @@ async def _run(  # noqa: C901, PLR0912 - one loop: replay and live tail share on
             await _close_with_retry(response, sse.retry_ms)
             return
         wait_s = sse.keepalive_s if close_at is None else min(sse.keepalive_s, close_at - now)
-        if not await store.wait(session_id, life, delivery.cursor, wait_s) and (
-            close_at is None or time.monotonic() < close_at
-        ):
+        if feed_key in feeds:
+            continue  # the pump lost the store: the next read leads to its feed
+        try:
+            woken = await store.wait(session_id, life, delivery.cursor, wait_s)
+        except StoreUnavailable:
+            continue  # the next read fails too, and waits for the store or a feed
+        if not woken and (close_at is None or time.monotonic() < close_at):
             await _write(response, KEEPALIVE, cut_s)
+            if check_owner is not None:
+                await check_owner()
+
+
+async def _await_store_or_feed(  # noqa: PLR0917 - private helper of _run
+    failure: StoreUnavailable | UnknownStream,
+    response: web.StreamResponse,
+    store: EventStore,
+    settings: Settings,
+    session_id: str,
+    life: str,
+    feeds: dict[tuple[str, str], LocalFeed],
+    feed_key: tuple[str, str],
+) -> LocalFeed | None:
+    """After a failed read: the stream's local feed, or None once the store is back.
+
+    Sends keepalives meanwhile. None means: read the store again.
+
+    Raises:
+        UnknownStream: the stream was dropped and there is no local feed.
+    """
+    loop = asyncio.get_running_loop()
+    next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
+    next_keepalive = loop.time() + settings.sse.keepalive_s
+    logged = False
+    while True:
+        feed = feeds.get(feed_key)
+        if feed is not None:
+            return feed
+        if isinstance(failure, UnknownStream):
+            raise failure
+        if not logged:
+            log.warning("stream.store_unavailable")
+            logged = True
+        now = loop.time()
+        if now >= next_keepalive:
+            await _write(response, KEEPALIVE, settings.sse.slow_reader_cut_s)
+            next_keepalive = now + settings.sse.keepalive_s
+        if now >= next_store_check:
+            try:
+                await store.stream_info(session_id, life)
+            except StoreUnavailable:
+                next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
+            else:
+                return None
+        await asyncio.sleep(OUTAGE_FEED_CHECK_S)
+
+
+async def _run_feed(
+    response: web.StreamResponse,
+    delivery: Delivery,
+    feed: LocalFeed,
+    life: str,
+    settings: Settings,
+) -> None:
+    """Deliver from a local feed (the store lost the stream) until the feed ends."""
+    sse = settings.sse
+    position = feed.position_after(delivery.cursor)
+    while position is not None:
+        events = feed.read(position, FEED_BATCH_EVENTS)
+        if events is None:
+            break  # fell behind the feed's bound: a gap; the client resumes and gets an error
+        if events:
+            data = b"".join(
+                encode_event(
+                    e.data,
+                    event=e.event,
+                    id=None if e.offset is None else event_id(life, e.offset),
+                )
+                for e in events
+            )
+            await _write(response, data, sse.slow_reader_cut_s)
+            position += len(events)
+            delivery.events += len(events)
+            delivery.cursor = next(
+                (e.offset for e in reversed(events) if e.offset is not None), delivery.cursor
+            )
+            continue
+        if feed.done:
+            delivery.ended = "finished_unstored"
+            await _close_with_retry(response, sse.retry_ms)
+            return
+        if not await feed.wait(position, sse.keepalive_s):
+            await _write(response, KEEPALIVE, sse.slow_reader_cut_s)
+    delivery.ended = "store_lost"
+    await _close_with_retry(response, sse.retry_ms)

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import hashlib
 import random
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -31,10 +32,11 @@ from mcp_sse_gateway.errors import (
     UpstreamError,
 )
 from mcp_sse_gateway.event_ids import new_life, parse_event_id
+from mcp_sse_gateway.feed import LocalFeed
 from mcp_sse_gateway.headers import client_response_headers
-from mcp_sse_gateway.pump import Chunks, run_pump
+from mcp_sse_gateway.pump import Chunks, Outage, pending_errors, run_pump
 from mcp_sse_gateway.registry import Registry
-from mcp_sse_gateway.store.base import EventStore, session_digest
+from mcp_sse_gateway.store.base import EventStore, StoredEvent, StreamInfo, session_digest
 from mcp_sse_gateway.web.delivery import SSE_RESPONSE_HEADERS, deliver
 from mcp_sse_gateway.web.keys import METRICS, REGISTRY, REPLICA_ID, SETTINGS, STORE, UPSTREAM_CLIENT
 from mcp_sse_gateway.web.passthrough import relay_response
@@ -51,6 +53,10 @@ STANDALONE_CHECK_MAX_S = 60.0
 #: Bounds of the delay between two re-opens of a standalone stream's upstream GET, seconds.
 STANDALONE_BACKOFF_MIN_S = 0.1
 STANDALONE_BACKOFF_MAX_S = 30.0
+#: Retiring a stream life the store lost events of: retry delays, seconds (doubling, jittered).
+RETIRE_BACKOFF_S = (0.25, 5.0)
+#: A finished local feed is kept this long for its reader to drain it, seconds.
+FEED_GRACE_S = 60.0
 #: Upstream statuses after which the standalone stream is not re-opened (D5).
 _STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
 
@@ -180,7 +186,11 @@ class ManagedStreams:
         if request_ids:
             life = new_life()
             await self.store.create_stream(
-                session_id, life, kind="request", owner=self._app[REPLICA_ID]
+                session_id,
+                life,
+                kind="request",
+                owner=self._app[REPLICA_ID],
+                pending=pending_errors(request_ids),
             )
         opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]] = (
             asyncio.get_running_loop().create_future()
@@ -243,7 +253,11 @@ class ManagedStreams:
                 # An event stream answering only notifications or responses: unusual, kept.
                 life = new_life()
                 await self.store.create_stream(
-                    session_id, life, kind="request", owner=self._app[REPLICA_ID]
+                    session_id,
+                    life,
+                    kind="request",
+                    owner=self._app[REPLICA_ID],
+                    pending=pending_errors(request_ids),
                 )
         except BaseException as exc:
             if life is not None:
@@ -263,6 +277,7 @@ class ManagedStreams:
             request_ids=request_ids,
             max_event_bytes=self.settings.store.max_event_bytes,
             reopen=self._reopener(call),
+            outage=self._outage(session_id, life),
         )
         metrics = self._app[METRICS]
         metrics.events_stored.inc(result.events)
@@ -275,6 +290,49 @@ class ManagedStreams:
             broken=result.broken,
             pending=len(result.pending),
         )
+
+    def _outage(self, session_id: str, life: str) -> Outage:
+        """The pump's hand-over when the store fails mid-stream (see mcp_sse_gateway.feed)."""
+
+        def degrade(recent: Sequence[StoredEvent]) -> LocalFeed:
+            feed = LocalFeed(recent, max_events=self.settings.store.max_events_per_stream)
+            key = (session_digest(session_id), life)
+            self.registry.feeds[key] = feed
+            self._app[METRICS].streams_store_lost.inc()
+            self.registry.spawn(self._retire(session_id, life, feed), name="stream.retire")
+            return feed
+
+        return degrade
+
+    async def _retire(self, session_id: str, life: str, feed: LocalFeed) -> None:
+        """Drop a stream life that has a gap from the store (so resumes get 400), then the feed.
+
+        Retries while the store is down, for at most ``session_idle_ttl_s`` (by then the
+        stream's keys expired anyway).
+        """
+        key = (session_digest(session_id), life)
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.settings.store.session_idle_ttl_s
+        delay_s = RETIRE_BACKOFF_S[0]
+        try:
+            while True:
+                try:
+                    await self.store.drop_stream(session_id, life)
+                    log.info("stream.retired", life=life[:8])
+                    break
+                except StoreError:
+                    if loop.time() >= give_up_at:
+                        break
+                await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+                delay_s = min(delay_s * 2, RETIRE_BACKOFF_S[1])
+            # Keep the feed until the pump closed it, then while its reader drains it (bounded).
+            while not feed.done:
+                await feed.wait(feed.end, FEED_GRACE_S)
+            if self.registry.attached(key):
+                await asyncio.sleep(FEED_GRACE_S)
+        finally:
+            if self.registry.feeds.get(key) is feed:
+                del self.registry.feeds[key]
 
     # GET ----------------------------------------------------------------------------------
 
@@ -303,6 +361,9 @@ class ManagedStreams:
             return web.Response(status=204, headers={"Content-Type": "text/event-stream"})
         if info.kind == "standalone":
             await self._ensure_standalone(request, session_id, None)
+        check_owner = self._owner_check(session_id, info)
+        if check_owner is not None and not info.finished:
+            await check_owner()
         out, delivery = await deliver(
             request,
             store=self.store,
@@ -314,6 +375,7 @@ class ManagedStreams:
             cursor=cursor.offset,
             primes=era.primes,
             resuming=True,
+            check_owner=check_owner,
         )
         log.info(
             "stream.resumed",
@@ -323,6 +385,29 @@ class ManagedStreams:
             ended=delivery.ended,
         )
         return out
+
+    def _owner_check(
+        self, session_id: str, info: StreamInfo
+    ) -> Callable[[], Awaitable[bool]] | None:
+        """For a request stream another replica writes: end it if that replica died (D7).
+
+        The check costs one store command, so it runs when a resume starts and then whenever the
+        stream was idle for ``keepalive_s``. The stream is ended with the JSON-RPC errors its
+        writer left pending, exactly once whichever replicas check at the same time.
+        """
+        if info.kind != "request" or info.owner == self._app[REPLICA_ID]:
+            return None
+
+        async def check() -> bool:
+            if await self.store.replica_alive(info.owner):
+                return False
+            ended = await self.store.end_orphaned(session_id, info.life)
+            if ended:
+                self._app[METRICS].streams_orphaned.inc()
+                log.warning("stream.orphan_ended", life=info.life[:8])
+            return ended
+
+        return check
 
     async def standalone(
         self, request: web.Request, *, session_id: str, era: Era, call: UpstreamCall
@@ -373,9 +458,7 @@ class ManagedStreams:
             life = standalone_life(session_id)
             info = await self.store.stream_info(session_id, life)
             if info is None:
-                await self.store.create_stream(
-                    session_id, life, kind="standalone", owner=self._app[REPLICA_ID]
-                )
+                await self._create_standalone(session_id, life)
             self.registry.standalone[key] = self.registry.spawn(
                 self._standalone_pump(session_id, life, call, response), name="standalone.pump"
             )
@@ -396,14 +479,21 @@ class ManagedStreams:
         base_s = max(self.settings.sse.retry_ms / 1000, STANDALONE_BACKOFF_MIN_S)
         try:
             while True:
-                if await self._run_standalone_body(session_id, life, response):
+                ended = await self._run_standalone_body(session_id, life, response)
+                if ended == "gone":
                     return
                 failures = 0
                 while True:
                     delay_s = min(base_s * 2**failures, STANDALONE_BACKOFF_MAX_S)
                     await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311
-                    if not await self._session_alive(session_id):
-                        return
+                    try:
+                        if not await self._session_alive(session_id):
+                            return
+                        await self._restart_if_lost(session_id, life, lost=ended == "store_lost")
+                        ended = "ended"
+                    except StoreError:
+                        failures += 1
+                        continue
                     latest = self.registry.standalone_calls.get(key, call)
                     try:
                         reopened = await self._open("GET", latest, None)
@@ -423,6 +513,30 @@ class ManagedStreams:
                 del self.registry.standalone[key]
                 self.registry.forget_standalone(key)
 
+    async def _restart_if_lost(self, session_id: str, life: str, *, lost: bool) -> None:
+        """Start the standalone life again if events were lost (outage, Redis restarted empty).
+
+        It starts after every offset it used, so the cursors clients hold get 400, not a gap.
+        """
+        if lost or await self.store.stream_info(session_id, life) is None:
+            await self.store.drop_stream(session_id, life)
+            await self._create_standalone(session_id, life)
+
+    async def _create_standalone(self, session_id: str, life: str) -> None:
+        """Create (again) the session's standalone stream life (D5).
+
+        Its offsets start after the current time in microseconds: larger than any offset an
+        earlier incarnation of this life (same id) used, unless it stored more than a million
+        events per second.
+        """
+        await self.store.create_stream(
+            session_id,
+            life,
+            kind="standalone",
+            owner=self._app[REPLICA_ID],
+            start_after=time.time_ns() // 1000,
+        )
+
     async def _session_alive(self, session_id: str) -> bool:
         if self.registry.closing:
             return False
@@ -431,8 +545,12 @@ class ManagedStreams:
 
     async def _run_standalone_body(
         self, session_id: str, life: str, response: aiohttp.ClientResponse
-    ) -> bool:
-        """Pump one upstream GET body; True when the session is gone (stop for good).
+    ) -> str:
+        """Pump one upstream GET body.
+
+        Returns:
+            ``gone`` when the session is gone (stop for good), ``store_lost`` when events could
+            not be stored (the life must start again), else ``ended``.
 
         A watchdog checks the session every ``session_idle_ttl_s / 4`` seconds (at most a
         minute): an upstream GET that never ends must not keep an idle session's pump alive.
@@ -453,13 +571,19 @@ class ManagedStreams:
             while not pump.done():
                 await asyncio.wait({pump}, timeout=check_s)
                 if not pump.done() and not await self._session_alive(session_id):
-                    return True
+                    return "gone"
         finally:
             if not pump.done():
                 pump.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await pump
-        return not await self._session_alive(session_id)
+        if not pump.cancelled() and pump.result().store_lost:
+            self._app[METRICS].streams_store_lost.inc()
+            return "store_lost"
+        try:
+            return "ended" if await self._session_alive(session_id) else "gone"
+        except StoreError:
+            return "store_lost"
 
 
 def _close_unclaimed(future: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]]) -> None:

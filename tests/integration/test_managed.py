@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
@@ -634,3 +636,52 @@ async def test_standalone_reopens_with_the_newest_client_credentials(upstream, g
         second.close()
         standalone.queue.put_nowait(None)
     assert standalone.authorizations[:2] == ["Bearer OLD", "Bearer NEW"]
+
+
+@pytest.mark.redis
+async def test_standalone_stream_that_lost_events_starts_again_and_old_cursors_get_400(
+    upstream, gateway, http, private_redis
+):
+    """Redis refuses writes (out of memory) while the standalone stream receives: the event is
+    lost, so the stream life starts again after every offset it used; a cursor from before the
+    gap gets 400 (never a silent gap), and a new GET receives what follows."""
+    standalone = StandaloneUpstream()
+    store = {"backend": "redis", "redis_url": private_redis.url, "key_prefix": uuid.uuid4().hex}
+    admin = aioredis.Redis.from_url(private_redis.url)
+    try:
+        async with gateway(upstream.url, store=store, sse={"retry_ms": 100}) as gw:
+            await _initialize(upstream, http, gw)
+            upstream.routes["/mcp"] = standalone.handle
+            response = await http.get(gw.mcp_url, headers=_headers())
+            await standalone.wait_gets(1)
+            standalone.send(0)
+            first, _ = await read_events(response, until=2)
+            cursor = first[-1].id
+            await admin.config_set("maxmemory-policy", "noeviction")
+            await admin.config_set("maxmemory", "1")
+            standalone.send(1)  # cannot be stored
+            registry = gw.app[METRICS].registry
+            await eventually(
+                lambda: registry.get_sample_value("mcp_sse_gateway_streams_store_lost_total")
+            )
+            await admin.config_set("maxmemory", "0")
+            # The attached connection ends (with retry) once the life started again ...
+            _, ended = await read_events(response, timeout_s=DEADLINE_S)
+            assert ended
+            # ... and its cursor is refused: event 1 was lost, and that is not hidden.
+            resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": cursor}))
+            assert resumed.status == 400
+            await standalone.wait_gets(2)
+            fresh = await http.get(gw.mcp_url, headers=_headers())
+            assert fresh.status == 200
+            await read_events(fresh, until=1)  # priming: attached
+            standalone.send(2)
+            got, _ = await read_events(fresh, until=1)
+            fresh.close()
+            standalone.queue.put_nowait(None)
+        assert [m["params"]["data"] for m in _messages(got)] == [2]
+        old, new = parse_event_id(cursor), parse_event_id(next(e.id for e in got if e.data))
+        assert new.life == old.life
+        assert new.offset > old.offset
+    finally:
+        await admin.aclose()

@@ -1,9 +1,11 @@
-"""Fixtures of the store tests: one factory per backend, real and private Redis servers."""
+"""Fixtures of the store tests: one factory per backend, real and private Redis servers, and a
+small loopback Redis Cluster."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -13,14 +15,20 @@ import redis
 
 from mcp_sse_gateway.store.memory import MemoryStore
 from mcp_sse_gateway.store.redis import COMMAND_CONNECTIONS, RedisStore
-from tests.conftest import RedisServerProcess, redis_server_executable
+from tests.conftest import redis_server_executable
+from tests.support.redis_cluster import ClusterStartError, RedisClusterProcess
 
 StoreFactory = Callable[..., Any]
 #: Every condition a store test waits for is met within this many seconds, or the test fails.
 DEADLINE_S = 10.0
 POLL_S = 0.01
 
-BACKENDS = ["memory", "fakeredis", pytest.param("redis", marks=pytest.mark.redis)]
+BACKENDS = [
+    "memory",
+    "fakeredis",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("cluster", marks=pytest.mark.redis),
+]
 REDIS_BACKENDS = ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)]
 
 
@@ -58,15 +66,38 @@ def redis_url(redis_server: str) -> str:
     return redis_server
 
 
-@pytest.fixture
-def private_redis() -> Iterator[RedisServerProcess]:
-    """A redis-server of this test only (it may stop and restart it)."""
-    server = RedisServerProcess(redis_server_executable())
+def start_redis_cluster(**options: Any) -> RedisClusterProcess:
+    """A started loopback Redis Cluster (:class:`RedisClusterProcess` *options*); close it.
+
+    Skips the test without ``redis-server`` or when it cannot form a cluster (no cluster
+    support, no free ports); fails it instead when ``$CI`` is set.
+    """
+    cluster = RedisClusterProcess(redis_server_executable(), **options)
     try:
-        server.start()
-        yield server
+        cluster.start()
+    except (ClusterStartError, redis.RedisError, OSError) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot start a Redis Cluster (required when CI is set): {exc}")
+        pytest.skip(f"cannot start a Redis Cluster: {exc}")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterProcess]:
+    """A Redis Cluster of three loopback masters shared by the session's tests (see
+    :func:`start_redis_cluster`); its processes end with the session."""
+    cluster = start_redis_cluster()
+    try:
+        yield cluster
     finally:
-        server.close()
+        cluster.close()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterProcess) -> str:
+    """URL of a node of the shared Redis Cluster, every node flushed for this test."""
+    redis_cluster.flush()
+    return redis_cluster.url
 
 
 class Backend:
@@ -95,7 +126,7 @@ class Backend:
             store = RedisStore(client, **bounds)
         else:
             assert self.url is not None
-            store = RedisStore.from_url(self.url, **bounds)
+            store = RedisStore.from_url(self.url, cluster=self.name == "cluster", **bounds)
         self.stores.append(store)
         return store
 
@@ -106,6 +137,9 @@ class Backend:
         elif self.name == "redis":
             assert self.url is not None
             client = redis.asyncio.Redis.from_url(self.url)
+        elif self.name == "cluster":
+            assert self.url is not None
+            client = redis.asyncio.RedisCluster.from_url(self.url)
         else:
             raise ValueError("the memory backend has no Redis")
         self.clients.append(client)
@@ -120,7 +154,11 @@ class Backend:
 
 async def _backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     name = request.param
-    url = request.getfixturevalue("redis_url") if name == "redis" else None
+    url = None
+    if name == "redis":
+        url = request.getfixturevalue("redis_url")
+    elif name == "cluster":
+        url = request.getfixturevalue("cluster_url")
     backend = Backend(name, url)
     try:
         yield backend

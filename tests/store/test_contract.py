@@ -1,7 +1,8 @@
 """The event-store contract: every backend must pass these same behavioural tests (DESIGN D7).
 
-``make_store`` (tests/store/conftest.py) is parametrized over ``memory``, ``fakeredis`` and
-``redis`` (a real server, marker ``redis``). Expiry is tested in real time with short TTLs and
+``make_store`` (tests/store/conftest.py) is parametrized over ``memory``, ``fakeredis``,
+``redis`` (a real server) and ``cluster`` (a loopback Redis Cluster of three masters; both marker
+``redis``). Expiry is tested in real time with short TTLs and
 condition waits with deadlines; the memory store's injected clock is tested on its own.
 """
 
@@ -417,3 +418,47 @@ async def test_end_orphaned_ignores_finished_unknown_and_foreign_streams(make_st
     assert await store.end_orphaned("s", live, []) is True
     result = await store.read("s", live, 0, 10)
     assert (result.events, result.finished) == ([], True)
+
+
+async def test_end_orphaned_appends_the_pending_errors_the_writer_left(make_store):
+    store = make_store()
+    life = new_life()
+    first, second = ERRORS[0], '{"jsonrpc":"2.0","id":"b","error":{"code":-32003}}'
+    await store.create_stream("s", life, kind="request", owner="dead", pending=[first, second])
+    await store.append("s", life, "progress", None)
+    # The response to request 1 arrived: only the second request is still pending.
+    await store.append("s", life, "answer 1", None, pending=[second])
+    await store.append("s", life, "more progress", None)
+    assert await store.end_orphaned("s", life) is True
+    result = await store.read("s", life, 0, 10)
+    assert [e.data for e in result.events] == ["progress", "answer 1", "more progress", second]
+    assert result.finished
+
+
+async def test_end_orphaned_with_nothing_pending_only_finishes(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="dead", pending=[ERRORS[0]])
+    await store.append("s", life, "answer", None, pending=[])
+    assert await store.end_orphaned("s", life) is True
+    result = await store.read("s", life, 0, 10)
+    assert ([e.data for e in result.events], result.finished) == (["answer"], True)
+
+
+async def test_a_stream_created_again_starts_after_the_offsets_it_used(make_store):
+    store = make_store()
+    life = new_life()
+    base = 1_800_000_000_000_000  # microseconds since 1970, as the standalone stream uses
+    await store.create_stream("s", life, kind="standalone", owner="r1")
+    for data in ("a", "b", "c"):
+        await store.append("s", life, data, None)
+    await store.drop_stream("s", life)
+    await store.create_stream("s", life, kind="standalone", owner="r1", start_after=base)
+    assert await store.append("s", life, "new", None) == base + 1
+    info = await store.stream_info("s", life)
+    assert (info.first_offset, info.last_offset) == (base + 1, base + 1)
+    # A cursor of the earlier incarnation is before the first stored event: never replayed.
+    with pytest.raises(CursorGone):
+        await store.read("s", life, 2, 10)
+    result = await store.read("s", life, base, 10)
+    assert [(e.offset, e.data) for e in result.events] == [(base + 1, "new")]
