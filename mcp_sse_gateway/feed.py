@@ -1,40 +1,48 @@
-"""A stream's events kept in process memory while the event store is down (DESIGN D7).
+"""A request stream's newest events in this process's memory, beside the event store (D4, D7).
 
-When a pump cannot store an event (Redis unreachable), the connected client must keep
-receiving, but the stream life can no longer be resumed: the events from then on are never
-stored. The pump then moves the stream to a :class:`LocalFeed`: the last events it stored (so a
-reader a little behind loses nothing) followed by every later event, sent **without** an event
-id. Per WHATWG HTML, server-sent events, an event without ``id`` leaves the client's last event
-id unchanged, so a later resume names the last stored event, and the gateway answers it with 400
-(the stream life is dropped from the store once it is back): a gap is never silent.
+The pump of a request stream adds each batch of events to the stream's :class:`LocalFeed` right
+after the store acknowledged it. A connection of the same process that keeps up with the stream
+reads the feed instead of the store, and waits on the feed instead of on the store's wake-ups:
+the live tail costs the store nothing. A connection further behind (a resume, a slow reader)
+reads the store until it reaches the feed's window. Either way an event leaves only after it was
+stored.
 
-A feed has one reader (the connection attached to the stream) and is bounded: a reader further
-behind than ``max_events`` is cut and resumes (getting 503 or 400).
+**Outages.** When the pump cannot store an event (Redis unreachable), the connected client must
+keep receiving, but the stream life can no longer be resumed: what follows is never stored. The
+feed then switches to *lost* mode and receives every later event unstored; they are sent
+**without** an event id. Per WHATWG HTML, server-sent events, an event without ``id`` leaves the
+client's last event id unchanged, so a later resume names the last stored event, and the gateway
+answers it with 400 (the stream life is dropped from the store once it is back): a gap is never
+silent.
+
+Positions: the event stored at offset *n* has position ``n - 1`` (request streams start at
+offset 1); unstored events take the positions after the last stored one.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from mcp_sse_gateway.store.base import StoredEvent
+#: Of the events its reader already passed, a feed keeps this many at most ...
+RECENT_EVENTS = 256
+#: ... and this many bytes of data (the oldest go first; at least one event is kept).
+RECENT_BYTES = 256 * 1024
+#: Events the reader has not reached yet are kept up to this many bytes of data; beyond it the
+#: reader catches up from the store.
+AHEAD_BYTES = 4 * 1024 * 1024
+#: Default bound of a lost feed's unstored events (the reader is cut beyond it).
+MAX_LOST_EVENTS = 100_000
 
-#: Events a pump remembers after storing them, so a reader slightly behind can switch to the
-#: feed without a gap (they are the feed's first events).
-RECENT_EVENTS = 1024
-#: Default bound of a feed, in events.
-MAX_FEED_EVENTS = 100_000
 
-
-@dataclass(frozen=True, slots=True)
-class FeedEvent:
+class FeedEvent(NamedTuple):
     """One event of a feed.
 
     Attributes:
-        offset: its offset in the stream life when it was stored, None when it never was
-            (then it is sent without an id).
+        offset: its offset in the stream life, None when it was never stored (it is then sent
+            without an id).
         data: the SSE data.
         event: the SSE event type, None for ``message``.
     """
@@ -45,76 +53,98 @@ class FeedEvent:
 
 
 class LocalFeed:
-    """The events of one stream life from the store's outage on, in order, bounded.
+    """The newest events of one request stream, in order, bounded.
 
     Args:
-        recent: the last events stored before the outage, oldest first.
-        max_events: events held at most; older ones are dropped (their reader is cut).
-
-    Positions are absolute indexes into the feed (0 is its first event ever), so a reader
-    notices when the events it needs were dropped.
+        max_lost_events: in lost mode, events held at most (older ones are dropped, and a
+            reader that still needed them is cut).
     """
 
-    def __init__(self, recent: Iterable[StoredEvent], *, max_events: int = MAX_FEED_EVENTS) -> None:
-        self._events: deque[FeedEvent] = deque(
-            (FeedEvent(e.offset, e.data, e.event) for e in recent), maxlen=max(1, max_events)
-        )
-        self._base = 0
-        self._appended = self._stored = len(self._events)
-        self._first_stored = self._events[0].offset if self._events else None
-        self._last_stored = self._events[-1].offset if self._events else None
-        self._changed = asyncio.Event()
+    def __init__(self, *, max_lost_events: int = MAX_LOST_EVENTS) -> None:
+        self._events: deque[FeedEvent] = deque()
+        self._first = 0  # position of _events[0]
+        self._bytes = 0
+        self._max_lost = max(1, max_lost_events)
+        self._changed: asyncio.Event | None = None
+        #: The store failed: events from now on are unstored.
+        self.lost = False
+        #: No event will follow (the pump ended).
         self.done = False
+        #: The attached reader's position (events before it were delivered); see add_stored.
+        self.reader_at = 0
 
     @property
     def end(self) -> int:
         """The position after the newest event."""
-        return self._appended
+        return self._first + len(self._events)
+
+    def add_stored(self, first_offset: int, events: Sequence[tuple[str, str | None]]) -> None:
+        """Add events the store just acknowledged, offsets ``first_offset``, +1, …; wake."""
+        if first_offset - 1 != self.end:
+            # Not contiguous (another writer, or offsets this feed never saw): start over.
+            self._events.clear()
+            self._first, self._bytes = first_offset - 1, 0
+        for index, (data, event) in enumerate(events):
+            self._events.append(FeedEvent(first_offset + index, data, event))
+            self._bytes += len(data)
+        # Trim what the reader passed beyond the recent bounds, and anything beyond the hard one.
+        while len(self._events) > 1 and (
+            self._bytes > AHEAD_BYTES
+            or (
+                self._first < self.reader_at
+                and (len(self._events) > RECENT_EVENTS or self._bytes > RECENT_BYTES)
+            )
+        ):
+            self._bytes -= len(self._events.popleft().data)
+            self._first += 1
+        self._wake()
+
+    def lose(self) -> None:
+        """The store failed: keep everything from now on (bounded), unstored."""
+        self.lost = True
 
     def push(self, data: str, event: str | None) -> None:
-        """Add an event that was never stored (sent without id) and wake the reader."""
-        if len(self._events) == self._events.maxlen:
-            self._base += 1
+        """Add an event that was never stored (lost mode) and wake the reader."""
         self._events.append(FeedEvent(None, data, event))
-        self._appended += 1
+        if len(self._events) > self._max_lost:
+            self._events.popleft()
+            self._first += 1
         self._wake()
 
     def close(self) -> None:
-        """No event will follow: the reader ends after the last one. Idempotent."""
+        """No event will follow. Idempotent."""
         self.done = True
         self._wake()
 
-    def position_after(self, cursor: int) -> int | None:
-        """The position of the first event after the stored offset *cursor*.
+    def read(self, position: int, limit: int) -> list[FeedEvent] | None:
+        """Up to *limit* events from *position* on.
 
         Returns:
-            None when the feed does not hold the event right after *cursor* (the reader is
-            further behind than the pump remembered): it cannot continue without a gap.
+            The events (empty when *position* is the end), or None when the feed no longer (or
+            not yet) holds *position*: read the store instead.
         """
-        if self._last_stored is None or cursor >= self._last_stored:
-            return self._stored
-        if cursor + 1 >= self._first_stored:  # type: ignore[operator]
-            return cursor + 1 - self._first_stored  # type: ignore[operator]
-        return None
-
-    def read(self, position: int, limit: int) -> list[FeedEvent] | None:
-        """Up to *limit* events from *position* on; None when they were dropped (bound)."""
-        if position < self._base:
+        start = position - self._first
+        if start < 0 or start > len(self._events):
             return None
-        start = position - self._base
-        return [self._events[i] for i in range(start, min(len(self._events), start + limit))]
+        self.reader_at = position
+        stop = min(len(self._events), start + limit)
+        return [self._events[i] for i in range(start, stop)]
 
     async def wait(self, position: int, timeout_s: float) -> bool:
         """Wait until an event at *position* exists or the feed is closed; False on timeout."""
-        if position < self._appended or self.done:
+        if position < self.end or self.done:
             return True
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        changed = self._changed
         try:
             async with asyncio.timeout(timeout_s):
-                await self._changed.wait()
+                await changed.wait()
         except TimeoutError:
             return False
         return True
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None

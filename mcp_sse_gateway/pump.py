@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,9 +35,9 @@ import structlog
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import EventTooLarge, StoreError, StoreUnavailable, StreamError
-from mcp_sse_gateway.feed import RECENT_EVENTS, LocalFeed
+from mcp_sse_gateway.feed import LocalFeed
 from mcp_sse_gateway.sse import SSEDecoder
-from mcp_sse_gateway.store.base import EventStore, StoredEvent
+from mcp_sse_gateway.store.base import EventStore
 
 log = structlog.get_logger("mcp_sse_gateway.pump")
 
@@ -53,9 +52,6 @@ DEFAULT_UPSTREAM_RETRY_S = 1.0
 Chunks = AsyncIterator[bytes]
 #: ``reopen(last_event_id)`` → a new upstream body, or None when the upstream refuses to resume.
 Reopen = Callable[[str], Awaitable[Chunks | None]]
-#: ``outage(recent)`` → the feed that carries the stream on once the store failed; *recent* are
-#: the last events stored, oldest first.
-Outage = Callable[[Sequence[StoredEvent]], LocalFeed]
 
 
 def pending_errors(request_ids: Sequence[jsonrpc.JSONRPCId]) -> list[str]:
@@ -86,31 +82,34 @@ class PumpResult:
 
 @dataclass(slots=True)
 class _Sink:
-    """Where the pump's events go: the store, or the local feed once the store failed."""
+    """Where the pump's events go: the store (then the feed), or only the feed once lost."""
 
     store: EventStore
     session_id: str
     life: str
-    outage: Outage | None
-    recent: deque[StoredEvent] | None
-    feed: LocalFeed | None = None
+    feed: LocalFeed | None
+    on_store_lost: Callable[[], None] | None
 
-    async def put(self, data: str, event: str | None, pending: list[str] | None) -> None:
-        if self.feed is None:
+    async def put(self, events: list[tuple[str, str | None]], pending: list[str] | None) -> None:
+        feed = self.feed
+        if feed is None or not feed.lost:
             try:
-                offset = await self.store.append(
-                    self.session_id, self.life, data, event, pending=pending
+                last = await self.store.append_many(
+                    self.session_id, self.life, events, pending=pending
                 )
             except StoreUnavailable:
-                if self.outage is None:
+                if feed is None:
                     raise
                 log.warning("store.lost_mid_stream")
-                self.feed = self.outage(list(self.recent or ()))
+                feed.lose()
+                if self.on_store_lost is not None:
+                    self.on_store_lost()
             else:
-                if self.recent is not None:
-                    self.recent.append(StoredEvent(offset, data, event))
+                if feed is not None:
+                    feed.add_stored(last - len(events) + 1, events)
                 return
-        self.feed.push(data, event)
+        for data, event in events:
+            feed.push(data, event)
 
 
 def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
@@ -140,7 +139,8 @@ async def run_pump(
     max_event_bytes: int,
     reopen: Reopen | None = None,
     finish: bool = True,
-    outage: Outage | None = None,
+    feed: LocalFeed | None = None,
+    on_store_lost: Callable[[], None] | None = None,
 ) -> PumpResult:
     """Read *body* into stream *life* of the session until it ends.
 
@@ -156,8 +156,10 @@ async def run_pump(
         reopen: resumes a resumable upstream that closed on purpose; None to never resume.
         finish: append the terminal marker at the end (False for a standalone stream whose
             life continues across upstream GETs).
-        outage: called once if the store becomes unreachable; the pump then writes to the feed
-            it returns (None: a store failure breaks the stream).
+        feed: the stream's local feed: each stored batch is added to it, and if the store
+            becomes unreachable it goes on alone, in lost mode (None: a store failure breaks the
+            stream). The pump closes it when done.
+        on_store_lost: called once when the feed switches to lost mode.
 
     Returns:
         What was appended.
@@ -167,13 +169,7 @@ async def run_pump(
     """
     pending: dict[jsonrpc.JSONRPCId, None] = dict.fromkeys(request_ids)
     result = PumpResult()
-    sink = _Sink(
-        store,
-        session_id,
-        life,
-        outage,
-        deque(maxlen=RECENT_EVENTS) if outage is not None else None,
-    )
+    sink = _Sink(store, session_id, life, feed, on_store_lost)
     resumes = 0
     try:
         while True:
@@ -215,7 +211,7 @@ async def run_pump(
             body = reopened
     finally:
         result.pending = list(pending)
-        result.store_lost = result.store_lost or sink.feed is not None
+        result.store_lost = result.store_lost or (feed is not None and feed.lost)
         await _settle(sink, result, finish=finish)
     return result
 
@@ -239,17 +235,21 @@ async def _read_body(
             events = decoder.feed(chunk)
         except EventTooLarge as too_large:
             events, failure = too_large.events, too_large  # type: ignore[assignment]
+        # One store call per chunk: under load a chunk carries many events.
+        batch: list[tuple[str, str | None]] = []
+        settled = False
         for event in events:
             if event.retry is not None:
                 retry_ms = event.retry
             if not event.data:
                 # No data (id/retry only) or the upstream's own priming event.
                 continue
-            settled = [rid for rid in _response_ids(event.data) if pending.pop(rid, 0) is None]
-            await sink.put(
-                event.data, _event_type(event.event), pending_errors(pending) if settled else None
-            )
-            result.events += 1
+            for rid in _response_ids(event.data):
+                settled = pending.pop(rid, 0) is None or settled
+            batch.append((event.data, _event_type(event.event)))
+        if batch:
+            await sink.put(batch, pending_errors(pending) if settled else None)
+            result.events += len(batch)
         if failure is not None:
             raise failure
     return retry_ms
@@ -266,12 +266,10 @@ async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
     """Append the gateway's error for each pending request, then the terminal marker."""
     errors = pending_errors(result.pending)
     try:
-        for index, data in enumerate(errors):
-            await sink.put(data, None, errors[index + 1 :])
-            result.events += 1
-        if sink.feed is not None:
-            sink.feed.close()
-        elif finish:
+        if errors:
+            await sink.put([(data, None) for data in errors], [])
+            result.events += len(errors)
+        if finish and not (sink.feed is not None and sink.feed.lost):
             await sink.store.finish(sink.session_id, sink.life)
     except (StoreError, StreamError):
         log.warning("store.settle_failed", pending=len(result.pending))

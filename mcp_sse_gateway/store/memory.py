@@ -68,6 +68,7 @@ class _Stream:
     bytes: int = 0
     trimmed: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
     #: Error datas for the requests still waiting for their response (see end_orphaned).
     pending: tuple[str, ...] = ()
 
@@ -82,8 +83,10 @@ class _Stream:
         )
 
     def wake(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
+        # A new Event only when someone waits on the current one (this runs per append).
+        if self.waiters:
+            self.changed.set()
+            self.changed = asyncio.Event()
 
 
 class MemoryStore:
@@ -292,23 +295,46 @@ class MemoryStore:
         Raises:
             UnknownStream: the stream life does not exist (expired or purged).
         """
+        return await self.append_many(session_id, life, [(data, event)], pending=pending)
+
+    async def append_many(
+        self,
+        session_id: str,
+        life: str,
+        events: Sequence[tuple[str, str | None]],
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
+        """Append events in order (nothing else runs in between); returns the last offset.
+
+        Raises:
+            UnknownStream: the stream life does not exist (expired or purged).
+        """
+        if not events:
+            raise ValueError("append_many needs at least one event")
         stream = self._stream(session_id, life)
-        size = _event_bytes(data, event)
-        stream.last_offset += 1
-        stream.events.append(StoredEvent(stream.last_offset, data, event))
+        stored = stream.events
+        offset = stream.last_offset
+        size = 0
+        for data, event in events:
+            offset += 1
+            stored.append(StoredEvent(offset, data, event))
+            size += _event_bytes(data, event)
+        stream.last_offset = offset
         if pending is not None:
             stream.pending = tuple(pending)
         stream.bytes += size
         self._bytes += size
-        if len(stream.events) > self._max_events:
-            self._trim_oldest(stream)
+        if len(stored) > self._max_events:
+            while len(stored) > self._max_events:
+                self._trim_oldest(stream)
             if not stream.trimmed:
                 stream.trimmed = True
                 log.warning("store.stream_trimmed", limit_events=self._max_events)
         if self._bytes > self._max_bytes:
             self._make_room(stream)
         stream.wake()
-        return stream.last_offset
+        return offset
 
     def _trim_oldest(self, stream: _Stream) -> None:
         dropped = stream.events.popleft()
@@ -367,11 +393,14 @@ class MemoryStore:
             return True
         if stream.last_offset > after or stream.finished:
             return True
+        stream.waiters += 1
         try:
             async with asyncio.timeout(timeout_s):
                 await stream.changed.wait()
         except TimeoutError:
             return False
+        finally:
+            stream.waiters -= 1
         return True
 
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:

@@ -343,33 +343,41 @@ touch_session()
 return 1
 """
 
-# KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] data, ARGV[9] has event (1/0),
-# ARGV[10] event, ARGV[11] max events, ARGV[12] the writer's previous offset (-1: unknown),
-# ARGV[13] token of this append (random; the same when the call is repeated), ARGV[14] new
-# pending error datas given (1/0), ARGV[15] those datas (LF-joined).
-# -> {offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events lost
+# KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] max events, ARGV[9] the writer's previous
+# offset (-1: unknown), ARGV[10] token of this append (random; the same when the call is
+# repeated), ARGV[11] new pending error datas given (1/0), ARGV[12] those datas (LF-joined),
+# ARGV[13..] the events as pairs: data, '' (no event type) or '=' followed by the event type.
+# -> {last offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events lost
 _LUA_APPEND = """
 local meta, stream, life = KEYS[3], KEYS[4], ARGV[7]
 local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base')
 if not m[1] then
   return {-1, 0}
 end
-if m[3] == ARGV[13] then
+if m[3] == ARGV[10] then
   -- a repeat of the newest append, applied before its reply was lost: do not store it twice
   return {tonumber(m[1]), 0}
 end
-local expected = tonumber(ARGV[12])
+local expected = tonumber(ARGV[9])
 if expected >= 0 and tonumber(m[1]) < expected then
   if m[2] ~= '1' then
     drop(life)
   end
   return {-2, 0}
 end
-local max_events = tonumber(ARGV[11])
-local last = add_event(meta, stream, max_events, ARGV[8], ARGV[9], ARGV[10])
-redis.call('HSET', meta, 'tok', ARGV[13])
-if ARGV[14] == '1' then
-  redis.call('HSET', meta, 'pend', ARGV[15])
+local max_events = tonumber(ARGV[8])
+local last = 0
+for i = 13, #ARGV, 2 do
+  local event = ARGV[i + 1]
+  if event == '' then
+    last = add_event(meta, stream, max_events, ARGV[i], '0', '')
+  else
+    last = add_event(meta, stream, max_events, ARGV[i], '1', string.sub(event, 2))
+  end
+end
+redis.call('HSET', meta, 'tok', ARGV[10])
+if ARGV[11] == '1' then
+  redis.call('HSET', meta, 'pend', ARGV[12])
 end
 local trimmed = 0
 local stored = last - tonumber(m[4] or '0')
@@ -397,7 +405,7 @@ return 1
 """
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] after, ARGV[8] limit, ARGV[9] reply byte budget.
-# -> {finished (1/0), last, entries}; {-1} unknown stream; {-2} cursor gone
+# -> {finished (1/0), last, flat events}; {-1} unknown stream; {-2} cursor gone
 _LUA_READ = """
 local m = redis.call('HMGET', KEYS[3], 'last', 'fin')
 if not m[1] then
@@ -414,25 +422,28 @@ if m[2] ~= '1' then
 end
 touch_session()
 -- At most `limit` entries, and no more bytes than the budget (but always one entry): a batch of
--- large events must not become one huge reply.
-local entries, size, budget = {}, 0, tonumber(ARGV[9])
+-- large events must not become one huge reply. Offsets are consecutive from after + 1, so the
+-- reply is flat: data, then '' (no event type) or '=' and the type, per event.
+local out, n, size, budget = {}, 0, 0, tonumber(ARGV[9])
 local from = string.format('(0-%d', after)
-while #entries < limit and size < budget do
-  local chunk = redis.call('XRANGE', KEYS[4], from, '+', 'COUNT', math.min(64, limit - #entries))
+while n < limit and size < budget do
+  local chunk = redis.call('XRANGE', KEYS[4], from, '+', 'COUNT', math.min(256, limit - n))
   if #chunk == 0 then
     break
   end
   for _, entry in ipairs(chunk) do
     local fields = entry[2]
     size = size + #fields[2] + (fields[4] and #fields[4] or 0)
-    if #entries > 0 and size > budget then
+    if n > 0 and size > budget then
       break
     end
-    table.insert(entries, entry)
+    n = n + 1
+    out[2 * n - 1] = fields[2]
+    out[2 * n] = fields[4] and ('=' .. fields[4]) or ''
     from = '(' .. entry[1]
   end
 end
-return {m[2] == '1' and 1 or 0, last, entries}
+return {m[2] == '1' and 1 or 0, last, out}
 """
 
 # KEYS[3] meta, KEYS[4] stream. -> {kind, owner, last, finished (1/0), stored events} or nil
@@ -935,46 +946,56 @@ class RedisStore:
         *,
         pending: Sequence[str] | None = None,
     ) -> int:
-        """Append one event and wake its readers, atomically (one script).
+        """Append one event: :meth:`append_many` with one event; returns its offset."""
+        return await self.append_many(session_id, life, [(data, event)], pending=pending)
+
+    async def append_many(
+        self,
+        session_id: str,
+        life: str,
+        events: Sequence[tuple[str, str | None]],
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
+        """Append events in order and wake their readers, atomically (one script, one wake-up).
 
         Args:
             session_id: the raw session id.
             life: the stream life.
-            data: the SSE data (its size is bounded upstream by ``max_event_bytes``).
-            event: the SSE event type, or None.
+            events: ``(data, event type or None)`` pairs, at least one (each data's size is
+                bounded upstream by ``max_event_bytes``).
             pending: when given, replaces the stream's pending error datas in the same script
-                (the event answered requests; see :meth:`end_orphaned`).
+                (the events answered requests; see :meth:`end_orphaned`).
 
         Returns:
-            The event's offset (one more than the previous one).
+            The offset of the last event (the first one's is ``len(events) - 1`` less).
 
         Raises:
             UnknownStream: the stream life does not exist (expired, purged, or lost by Redis),
                 or events this process appended were lost (the life is then dropped).
-            StoreUnavailable: Redis cannot be reached (the event may or may not be stored).
+            StoreUnavailable: Redis cannot be reached (the events may or may not be stored).
         """
+        if not events:
+            raise ValueError("append_many needs at least one event")
         keys = self._keys(session_id)
         expected = self._written.get(keys.digest, {}).get(life, -1)
         # A repeat after a lost reply carries the same token: the script recognises an applied
         # first attempt (unless another append to the stream came in between), never storing
-        # the event twice.
+        # the events twice.
         token = secrets.token_hex(8)
+        args: list[Any] = [
+            life,
+            self._max_events,
+            expected,
+            token,
+            "0" if pending is None else "1",
+            "" if pending is None else _join_datas(pending),
+        ]
+        for data, event in events:
+            args += (data, "" if event is None else "=" + event)
         async with self._guard("append"):
             offset, trimmed = await self._run(
-                "append",
-                keys,
-                [keys.meta(life), keys.stream(life)],
-                [
-                    life,
-                    data,
-                    "0" if event is None else "1",
-                    event or "",
-                    self._max_events,
-                    expected,
-                    token,
-                    "0" if pending is None else "1",
-                    "" if pending is None else _join_datas(pending),
-                ],
+                "append", keys, [keys.meta(life), keys.stream(life)], args
             )
         if offset == _LOST:
             log.error("store.stream_lost", session=keys.digest, expected_offset=expected)
@@ -1029,20 +1050,15 @@ class RedisStore:
             raise UnknownStream
         if reply[0] == _LOST:
             raise CursorGone
-        finished, last, entries = reply
-        events = []
-        for entry_id, fields in entries:
-            # Fields: d <data> [e <event>]; names are bytes, or str with decode_responses.
-            pairs = zip(fields[::2], fields[1::2], strict=True)
-            values = {_text(name): value for name, value in pairs}
-            event = values.get("e")
-            events.append(
-                StoredEvent(
-                    offset=int(_text(entry_id).rpartition("-")[2]),
-                    data=_text(values["d"]),
-                    event=None if event is None else _text(event),
-                )
+        finished, last, flat = reply
+        events = [
+            StoredEvent(
+                after + 1 + index,
+                _text(data),
+                None if not event else _text(event)[1:],
             )
+            for index, (data, event) in enumerate(zip(flat[::2], flat[1::2], strict=True))
+        ]
         reached = events[-1].offset if events else after
         return ReadResult(events, bool(finished) and reached >= last)
 

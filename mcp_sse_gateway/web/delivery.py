@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -43,10 +43,10 @@ from mcp_sse_gateway.errors import (
     UnknownStream,
 )
 from mcp_sse_gateway.event_ids import event_id, priming_id
-from mcp_sse_gateway.feed import LocalFeed
+from mcp_sse_gateway.feed import FeedEvent, LocalFeed
 from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming, encode_retry
-from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.store.base import EventStore, StoredEvent
 from mcp_sse_gateway.web.keys import METRICS
 
 log = structlog.get_logger("mcp_sse_gateway.delivery")
@@ -65,8 +65,6 @@ WRITE_CHUNK_BYTES = 256 * 1024
 OUTAGE_FEED_CHECK_S = 0.1
 #: ... and try the store again this often, seconds.
 OUTAGE_STORE_CHECK_S = 1.0
-#: Events written per batch from a local feed.
-FEED_BATCH_EVENTS = 256
 
 
 @dataclass(slots=True)
@@ -204,7 +202,7 @@ async def _close_with_retry(response: web.StreamResponse, retry_ms: int) -> None
         pass
 
 
-async def _run(  # noqa: C901, PLR0912, PLR0915 - one loop: replay and live tail share one cursor
+async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor: replay, live tail
     response: web.StreamResponse,
     delivery: Delivery,
     *,
@@ -232,67 +230,120 @@ async def _run(  # noqa: C901, PLR0912, PLR0915 - one loop: replay and live tail
             response, encode_priming(priming_id(life, delivery.cursor), sse.retry_ms), cut_s
         )
         if sse.poll_after_ms == 0 and not resuming:
-            delivery.ended = "poll"
-            await _close_with_retry(response, sse.retry_ms)
+            await _close(response, delivery, "poll", sse.retry_ms)
             return
     replaying = True
     full_batches = 0
+    # Position in the stream's local feed (if this process pumps it): offset n is at n - 1.
+    position = delivery.cursor
     while True:
+        feed = feeds.get(feed_key)
+        if feed is not None:
+            events = feed.read(position, batch)
+            if events:
+                await _write_events(response, delivery, life, events, cut_s)
+                position += len(events)
+                replaying = False
+                continue
+            if events is None and feed.lost:
+                # Behind what the feed holds, and the store cannot serve the rest: a gap.
+                await _close(response, delivery, "store_lost", sse.retry_ms)
+                return
+            if events is not None and feed.done and feed.lost:
+                await _close(response, delivery, "finished_unstored", sse.retry_ms)
+                return
+            if events is not None and not feed.done:
+                # Caught up with this process's pump: wait on it, not on the store.
+                wait_s = _wait_s(sse.keepalive_s, close_at)
+                if wait_s is None:
+                    await _close(response, delivery, "poll", sse.retry_ms)
+                    return
+                if not await feed.wait(position, wait_s) and not _due(close_at):
+                    await _write(response, KEEPALIVE, cut_s)
+                continue
+            # Not held by the feed (behind its window), or the pump finished: the store.
         try:
             result = await store.read(session_id, life, delivery.cursor, batch)
         except (StoreUnavailable, UnknownStream) as exc:
-            feed = await _await_store_or_feed(
-                exc, response, store, settings, session_id, life, feeds, feed_key
+            await _await_store_or_feed(
+                exc, response, store, settings, session_id, life, feeds, feed_key, position
             )
-            if feed is not None:
-                await _run_feed(response, delivery, feed, life, settings)
-                return
             continue
         if result.events:
-            pieces: list[bytes] = []
-            size = 0
-            for event in result.events:
-                piece = encode_event(event.data, event=event.event, id=event_id(life, event.offset))
-                pieces.append(piece)
-                size += len(piece)
-                if size >= WRITE_CHUNK_BYTES:
-                    await _write(response, b"".join(pieces), cut_s)
-                    pieces, size = [], 0
-            if pieces:
-                await _write(response, b"".join(pieces), cut_s)
-            delivery.cursor = result.events[-1].offset
-            delivery.events += len(result.events)
+            await _write_events(response, delivery, life, result.events, cut_s)
+            position = delivery.cursor
         if result.finished:
-            delivery.ended = "finished"
-            await _close_with_retry(response, sse.retry_ms)
+            await _close(response, delivery, "finished", sse.retry_ms)
             return
         if len(result.events) == batch:
             full_batches += 1
             if replaying and full_batches >= settings.store.replay_max_passes:
-                delivery.ended = "replay_bound"
-                await _close_with_retry(response, sse.retry_ms)
+                await _close(response, delivery, "replay_bound", sse.retry_ms)
                 return
             continue
         replaying = False
         full_batches = 0
-        if result.events:
+        if result.events or feed_key in feeds:
             continue
-        now = time.monotonic()
-        if close_at is not None and now >= close_at:
-            delivery.ended = "poll"
-            await _close_with_retry(response, sse.retry_ms)
+        wait_s = _wait_s(sse.keepalive_s, close_at)
+        if wait_s is None:
+            await _close(response, delivery, "poll", sse.retry_ms)
             return
-        wait_s = sse.keepalive_s if close_at is None else min(sse.keepalive_s, close_at - now)
-        if feed_key in feeds:
-            continue  # the pump lost the store: the next read leads to its feed
         try:
             woken = await store.wait(session_id, life, delivery.cursor, wait_s)
         except StoreUnavailable:
             continue  # the next read fails too, and waits for the store or a feed
-        if not woken and (close_at is None or time.monotonic() < close_at):
+        if not woken and not _due(close_at):
             await _write(response, KEEPALIVE, cut_s)
             if check_owner is not None:
                 await check_owner()
+
+
+def _wait_s(keepalive_s: float, close_at: float | None) -> float | None:
+    """Seconds to wait for events: until the next keepalive or polling close (None: due now)."""
+    if close_at is None:
+        return keepalive_s
+    left = close_at - time.monotonic()
+    return None if left <= 0 else min(keepalive_s, left)
+
+
+def _due(close_at: float | None) -> bool:
+    return close_at is not None and time.monotonic() >= close_at
+
+
+async def _close(response: web.StreamResponse, delivery: Delivery, why: str, retry_ms: int) -> None:
+    delivery.ended = why
+    await _close_with_retry(response, retry_ms)
+
+
+async def _write_events(
+    response: web.StreamResponse,
+    delivery: Delivery,
+    life: str,
+    events: Sequence[StoredEvent | FeedEvent],
+    cut_s: float,
+) -> None:
+    """Write *events* in pieces of about :data:`WRITE_CHUNK_BYTES`; advance the cursor.
+
+    Events never stored (offset None: the store was lost) are sent without an id.
+    """
+    pieces: list[bytes] = []
+    size = 0
+    for event in events:
+        offset = event.offset
+        piece = encode_event(
+            event.data, event=event.event, id=None if offset is None else event_id(life, offset)
+        )
+        pieces.append(piece)
+        size += len(piece)
+        if offset is not None:
+            delivery.cursor = offset
+        if size >= WRITE_CHUNK_BYTES:
+            await _write(response, b"".join(pieces), cut_s)
+            pieces, size = [], 0
+    if pieces:
+        await _write(response, b"".join(pieces), cut_s)
+    delivery.events += len(events)
 
 
 async def _await_store_or_feed(  # noqa: PLR0917 - private helper of _run
@@ -304,13 +355,15 @@ async def _await_store_or_feed(  # noqa: PLR0917 - private helper of _run
     life: str,
     feeds: dict[tuple[str, str], LocalFeed],
     feed_key: tuple[str, str],
-) -> LocalFeed | None:
-    """After a failed read: the stream's local feed, or None once the store is back.
+    position: int,
+) -> None:
+    """After a failed read: return once the store is back, or the local feed can serve.
 
-    Sends keepalives meanwhile. None means: read the store again.
+    The feed can serve when it went on without the store (lost mode), or when it is live and
+    holds *position*. Sends keepalives meanwhile.
 
     Raises:
-        UnknownStream: the stream was dropped and there is no local feed.
+        UnknownStream: the stream was dropped and no lost feed carries it on.
     """
     loop = asyncio.get_running_loop()
     next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
@@ -318,8 +371,10 @@ async def _await_store_or_feed(  # noqa: PLR0917 - private helper of _run
     logged = False
     while True:
         feed = feeds.get(feed_key)
-        if feed is not None:
-            return feed
+        if feed is not None and (
+            feed.lost or (not feed.done and feed.read(position, 0) is not None)
+        ):
+            return
         if isinstance(failure, UnknownStream):
             raise failure
         if not logged:
@@ -335,45 +390,5 @@ async def _await_store_or_feed(  # noqa: PLR0917 - private helper of _run
             except StoreUnavailable:
                 next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
             else:
-                return None
+                return
         await asyncio.sleep(OUTAGE_FEED_CHECK_S)
-
-
-async def _run_feed(
-    response: web.StreamResponse,
-    delivery: Delivery,
-    feed: LocalFeed,
-    life: str,
-    settings: Settings,
-) -> None:
-    """Deliver from a local feed (the store lost the stream) until the feed ends."""
-    sse = settings.sse
-    position = feed.position_after(delivery.cursor)
-    while position is not None:
-        events = feed.read(position, FEED_BATCH_EVENTS)
-        if events is None:
-            break  # fell behind the feed's bound: a gap; the client resumes and gets an error
-        if events:
-            data = b"".join(
-                encode_event(
-                    e.data,
-                    event=e.event,
-                    id=None if e.offset is None else event_id(life, e.offset),
-                )
-                for e in events
-            )
-            await _write(response, data, sse.slow_reader_cut_s)
-            position += len(events)
-            delivery.events += len(events)
-            delivery.cursor = next(
-                (e.offset for e in reversed(events) if e.offset is not None), delivery.cursor
-            )
-            continue
-        if feed.done:
-            delivery.ended = "finished_unstored"
-            await _close_with_retry(response, sse.retry_ms)
-            return
-        if not await feed.wait(position, sse.keepalive_s):
-            await _write(response, KEEPALIVE, sse.slow_reader_cut_s)
-    delivery.ended = "store_lost"
-    await _close_with_retry(response, sse.retry_ms)

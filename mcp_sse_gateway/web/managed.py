@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -34,9 +34,9 @@ from mcp_sse_gateway.errors import (
 from mcp_sse_gateway.event_ids import new_life, parse_event_id
 from mcp_sse_gateway.feed import LocalFeed
 from mcp_sse_gateway.headers import client_response_headers
-from mcp_sse_gateway.pump import Chunks, Outage, pending_errors, run_pump
+from mcp_sse_gateway.pump import Chunks, pending_errors, run_pump
 from mcp_sse_gateway.registry import Registry
-from mcp_sse_gateway.store.base import EventStore, StoredEvent, StreamInfo, session_digest
+from mcp_sse_gateway.store.base import EventStore, StreamInfo, session_digest
 from mcp_sse_gateway.web.delivery import SSE_RESPONSE_HEADERS, deliver
 from mcp_sse_gateway.web.keys import METRICS, REGISTRY, REPLICA_ID, SETTINGS, STORE, UPSTREAM_CLIENT
 from mcp_sse_gateway.web.passthrough import relay_response
@@ -268,17 +268,28 @@ class ManagedStreams:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        opened.set_result((response, life))
-        result = await run_pump(
-            self.store,
-            session_id,
-            life,
-            _chunks(response),
-            request_ids=request_ids,
-            max_event_bytes=self.settings.store.max_event_bytes,
-            reopen=self._reopener(call),
-            outage=self._outage(session_id, life),
+        # The feed exists before the client's connection attaches: it reads the live tail
+        # from memory from its first event on.
+        key = (session_digest(session_id), life)
+        feed = self.registry.feeds[key] = LocalFeed(
+            max_lost_events=self.settings.store.max_events_per_stream
         )
+        opened.set_result((response, life))
+        try:
+            result = await run_pump(
+                self.store,
+                session_id,
+                life,
+                _chunks(response),
+                request_ids=request_ids,
+                max_event_bytes=self.settings.store.max_event_bytes,
+                reopen=self._reopener(call),
+                feed=feed,
+                on_store_lost=lambda: self._store_lost(session_id, life, feed),
+            )
+        finally:
+            if not feed.lost and self.registry.feeds.get(key) is feed:
+                del self.registry.feeds[key]
         metrics = self._app[METRICS]
         metrics.events_stored.inc(result.events)
         if result.broken:
@@ -291,18 +302,10 @@ class ManagedStreams:
             pending=len(result.pending),
         )
 
-    def _outage(self, session_id: str, life: str) -> Outage:
-        """The pump's hand-over when the store fails mid-stream (see mcp_sse_gateway.feed)."""
-
-        def degrade(recent: Sequence[StoredEvent]) -> LocalFeed:
-            feed = LocalFeed(recent, max_events=self.settings.store.max_events_per_stream)
-            key = (session_digest(session_id), life)
-            self.registry.feeds[key] = feed
-            self._app[METRICS].streams_store_lost.inc()
-            self.registry.spawn(self._retire(session_id, life, feed), name="stream.retire")
-            return feed
-
-        return degrade
+    def _store_lost(self, session_id: str, life: str, feed: LocalFeed) -> None:
+        """The pump could not store an event: the feed carries the stream on; retire the life."""
+        self._app[METRICS].streams_store_lost.inc()
+        self.registry.spawn(self._retire(session_id, life, feed), name="stream.retire")
 
     async def _retire(self, session_id: str, life: str, feed: LocalFeed) -> None:
         """Drop a stream life that has a gap from the store (so resumes get 400), then the feed.

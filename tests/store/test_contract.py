@@ -462,3 +462,26 @@ async def test_a_stream_created_again_starts_after_the_offsets_it_used(make_stor
         await store.read("s", life, 2, 10)
     result = await store.read("s", life, base, 10)
     assert [(e.offset, e.data) for e in result.events] == [(base + 1, "new")]
+
+
+async def test_append_many_stores_in_order_with_consecutive_offsets(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1", pending=["p1"])
+    assert await store.append("s", life, "first", None) == 1
+    last = await store.append_many(
+        "s", life, [("a", None), ("b", "progress"), ("c", None)], pending=[]
+    )
+    assert last == 4
+    result = await store.read("s", life, 0, 10)
+    assert [(e.offset, e.data, e.event) for e in result.events] == [
+        (1, "first", None),
+        (2, "a", None),
+        (3, "b", "progress"),
+        (4, "c", None),
+    ]
+    # pending replaced by the batch: nothing left for end_orphaned to append
+    assert await store.end_orphaned("s", life) is True
+    assert [e.data for e in (await store.read("s", life, 4, 10)).events] == []
+    with pytest.raises(ValueError, match="at least one"):
+        await store.append_many("s", life, [])
