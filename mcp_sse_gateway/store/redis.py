@@ -151,6 +151,9 @@ CLIENT_NAME = "mcp-sse-gateway"
 TOMBSTONE_TTL_S = 300.0
 #: Bytes of event data one ``read`` returns at most (always at least one event, whatever its size).
 READ_MAX_BYTES = 4 * 1024 * 1024
+#: A waiter's mark on its stream (only watched streams publish wake-ups) outlives its wait by
+#: this much, seconds.
+WATCH_MARGIN_S = 1.0
 #: Writers remember the last offset they appended per stream, to detect lost events; bounded.
 MAX_TRACKED_STREAMS = 100_000
 
@@ -181,8 +184,16 @@ local META_PREFIX, STREAM_PREFIX = ARGV[1], ARGV[2]
 local KEEP_MS, FRESH_MS = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHANNEL, WAKE_PREFIX = ARGV[5], ARGV[6]
 
+-- Set while a reader waits on the stream through the store (any replica): only then is a
+-- wake-up published. A reader in the writer's own process follows its local feed instead.
+local function watch_key(life)
+  return META_PREFIX .. life .. ':watch'
+end
+
 local function wake(life)
-  redis.call('PUBLISH', CHANNEL, WAKE_PREFIX .. life)
+  if redis.call('EXISTS', watch_key(life)) == 1 then
+    redis.call('PUBLISH', CHANNEL, WAKE_PREFIX .. life)
+  end
 end
 
 -- Raise a key's TTL to at least ms (never lower it; a missing key stays missing).
@@ -226,6 +237,7 @@ local function drop(life)
   if n > 0 then
     wake(life)
   end
+  redis.call('DEL', watch_key(life))
 end
 
 local function drop_all()
@@ -446,6 +458,18 @@ end
 return {m[2] == '1' and 1 or 0, last, out}
 """
 
+# KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] how long the caller waits (ms).
+# -> {last, finished (1/0)} or nil. Marks the stream watched (see wake) before looking, in the
+# same script as the look: an append either came before (seen now) or will publish.
+_LUA_WATCH = """
+local m = redis.call('HMGET', KEYS[3], 'last', 'fin')
+if not m[1] then
+  return false
+end
+redis.call('SET', watch_key(ARGV[7]), '1', 'PX', ARGV[8])
+return {tonumber(m[1]), m[2] == '1' and 1 or 0}
+"""
+
 # KEYS[3] meta, KEYS[4] stream. -> {kind, owner, last, finished (1/0), stored events} or nil
 _LUA_INFO = """
 local m = redis.call('HMGET', KEYS[3], 'kind', 'owner', 'last', 'fin')
@@ -624,6 +648,7 @@ class RedisStore:
             "finish": _LUA_FINISH,
             "read": _LUA_READ,
             "info": _LUA_INFO,
+            "watch": _LUA_WATCH,
             "orphan": _LUA_END_ORPHANED,
         }
         self._scripts = {
@@ -1115,7 +1140,8 @@ class RedisStore:
             while True:
                 changed, seen = watch.changed, watch.messages
                 subscribed = self._subscribed.is_set()
-                if self._closed or await self._has_news(keys, life, after):
+                left_s = deadline - asyncio.get_running_loop().time()
+                if self._closed or await self._has_news(keys, life, after, max(0.0, left_s)):
                     return True
                 loop = asyncio.get_running_loop()
                 if not subscribed:
@@ -1141,10 +1167,16 @@ class RedisStore:
             if watch.users == 0 and self._watches.get((keys.digest, life)) is watch:
                 del self._watches[keys.digest, life]
 
-    async def _has_news(self, keys: SessionKeys, life: str, after: int) -> bool:
+    async def _has_news(self, keys: SessionKeys, life: str, after: int, wait_s: float) -> bool:
+        """Whether the stream moved past *after*; else marks it watched for *wait_s* (+1 s)."""
         async with self._guard("wait"):
-            reply = await self._run("info", keys, [keys.meta(life), keys.stream(life)])
-        return reply is None or int(reply[2]) > after or bool(reply[3])
+            reply = await self._run(
+                "watch",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                [life, _ms(wait_s + WATCH_MARGIN_S)],
+            )
+        return reply is None or int(reply[0]) > after or bool(reply[1])
 
     def _start_subscriber(self) -> None:
         if self._subscriber is None and not self._closed:

@@ -215,8 +215,8 @@ async def test_a_wake_up_racing_the_check_is_not_missed(make_redis_store, monkey
     check = store._has_news
     raced = []
 
-    async def racing_check(keys, life_, after):
-        news = await check(keys, life_, after)
+    async def racing_check(keys, life_, after, wait_s):
+        news = await check(keys, life_, after, wait_s)
         if not raced:  # the event lands right after the check said "nothing yet"
             raced.append(await writer.append("s", life, "a", None))
         return news
@@ -224,6 +224,35 @@ async def test_a_wake_up_racing_the_check_is_not_missed(make_redis_store, monkey
     monkeypatch.setattr(store, "_has_news", racing_check)
     assert await asyncio.wait_for(store.wait("s", life, 0, 30), DEADLINE_S) is True
     assert raced == [1]
+
+
+async def test_only_watched_streams_publish_wake_ups(make_redis_store):
+    """An append publishes a wake-up only while some reader waits through the store."""
+    store = make_redis_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    client = store._client
+    pubsub = client.pubsub()
+    await pubsub.subscribe(store._channel)
+    try:
+        await pubsub.get_message(timeout=1)  # the subscribe confirmation
+        await store.append("s", life, "unwatched", None)
+        assert await pubsub.get_message(timeout=0.2) is None
+        waiter = asyncio.create_task(store.wait("s", life, 1, 30))
+        await eventually(lambda: store.waiting == 1)
+        await eventually(lambda: _watched(client, store, life))
+        await store.append("s", life, "watched", None)
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        message = await pubsub.get_message(timeout=DEADLINE_S)
+        assert message is not None
+        assert message["type"] in ("message", b"message")
+    finally:
+        await pubsub.aclose()
+
+
+async def _watched(client, store, life) -> bool:
+    keys = store._keys("s")
+    return bool(await client.exists(keys.meta(life) + ":watch"))
 
 
 async def test_replicas_share_streams_and_wake_ups(make_redis_store):

@@ -1,0 +1,1 @@
+"""Benchmarks of mcp-sse-gateway against alternatives: ``python -m bench`` (see README.md)."""

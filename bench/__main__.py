@@ -1,0 +1,7 @@
+"""``python -m bench``: run the benchmark suite (``--help`` for the options)."""
+
+import sys
+
+from bench.runner import main
+
+sys.exit(main())
