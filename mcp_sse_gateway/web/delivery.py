@@ -46,7 +46,7 @@ from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.feed import FeedEvent, LocalFeed
 from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming, encode_retry
-from mcp_sse_gateway.store.base import EventStore, StoredEvent
+from mcp_sse_gateway.store.base import EventStore, ReadResult, StoredEvent
 from mcp_sse_gateway.web.keys import METRICS
 
 log = structlog.get_logger("mcp_sse_gateway.delivery")
@@ -202,9 +202,82 @@ async def _close_with_retry(response: web.StreamResponse, retry_ms: int) -> None
         pass
 
 
-async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor: replay, live tail
+async def _run(
     response: web.StreamResponse,
     delivery: Delivery,
+    *,
+    store: EventStore,
+    settings: Settings,
+    session_id: str,
+    life: str,
+    primes: bool,
+    resuming: bool,
+    feeds: dict[tuple[str, str], LocalFeed],
+    feed_key: tuple[str, str],
+    check_owner: Callable[[], Awaitable[object]] | None,
+) -> None:
+    reader = _Reader(store, session_id, life, settings.store.replay_batch_events)
+    try:
+        await _loop(
+            response,
+            delivery,
+            reader,
+            store=store,
+            settings=settings,
+            session_id=session_id,
+            life=life,
+            primes=primes,
+            resuming=resuming,
+            feeds=feeds,
+            feed_key=feed_key,
+            check_owner=check_owner,
+        )
+    finally:
+        reader.cancel()
+
+
+class _Reader:
+    """Reads batches of one stream from the store, the next one possibly ahead of time."""
+
+    def __init__(self, store: EventStore, session_id: str, life: str, batch: int) -> None:
+        self._store, self._session_id, self._life, self._batch = store, session_id, life, batch
+        self._ahead: asyncio.Future[ReadResult] | None = None
+        self._ahead_after = -1
+
+    def prefetch(self, after: int) -> None:
+        """Start reading the batch after *after* now."""
+        self.cancel()
+        self._ahead = asyncio.ensure_future(
+            self._store.read(self._session_id, self._life, after, self._batch)
+        )
+        self._ahead_after = after
+
+    async def read(self, after: int) -> ReadResult:
+        """The batch after *after* (the prefetched one if it was for the same cursor)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if self._ahead_after == after:
+                return await ahead
+            ahead.cancel()
+        return await self._store.read(self._session_id, self._life, after, self._batch)
+
+    def cancel(self) -> None:
+        """Drop a read ahead (its result, or failure, is not wanted)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
+            ahead.add_done_callback(_consume)
+
+
+def _consume(future: asyncio.Future[ReadResult]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: no "exception was never retrieved" warning
+
+
+async def _loop(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor: replay, live tail
+    response: web.StreamResponse,
+    delivery: Delivery,
+    reader: _Reader,
     *,
     store: EventStore,
     settings: Settings,
@@ -263,13 +336,16 @@ async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor:
                 continue
             # Not held by the feed (behind its window), or the pump finished: the store.
         try:
-            result = await store.read(session_id, life, delivery.cursor, batch)
+            result = await reader.read(delivery.cursor)
         except (StoreUnavailable, UnknownStream) as exc:
             await _await_store_or_feed(
                 exc, response, store, settings, session_id, life, feeds, feed_key, position
             )
             continue
         if result.events:
+            if len(result.events) == batch and not result.finished:
+                # A replay: the store reads the next batch while this one is written.
+                reader.prefetch(result.events[-1].offset)
             await _write_events(response, delivery, life, result.events, cut_s)
             position = delivery.cursor
         if result.finished:
