@@ -220,14 +220,21 @@ async def health(request: web.Request) -> web.Response:  # noqa: ARG001 - aiohtt
 
 
 async def ready(request: web.Request) -> web.Response:
-    """``/readyz``: 200 when the store answers and the gateway is not draining, else 503."""
+    """``/readyz``: 503 while draining, else 200 with the store's state.
+
+    A store outage does not make a replica unready: the store is shared, so every replica has
+    the same outage, and taking them all out of the load balancer would also cut the clients
+    that still receive their streams (from the pumps' local feeds). The body says
+    ``{"status": "ready", "store": "ok" | "unavailable"}``; alert on the latter, or on
+    ``mcp_sse_gateway_streams_store_lost_total``.
+    """
     if request.app[STATE].draining:
         return web.json_response({"status": "draining"}, status=503)
     try:
         await request.app[STORE].ping()
     except StoreError:
-        return web.json_response({"status": "store unavailable"}, status=503)
-    return web.json_response({"status": "ready"})
+        return web.json_response({"status": "ready", "store": "unavailable"})
+    return web.json_response({"status": "ready", "store": "ok"})
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -108,6 +108,10 @@ async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recove
             assert down.status == 503
             assert down.headers["Retry-After"].isdigit()
             assert (await down.json())["error"]["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+        # Still ready (every replica shares the outage), and says why the store is not used.
+        async with http.get(gw.base_url + "/readyz") as ready:
+            assert ready.status == 200
+            assert await ready.json() == {"status": "ready", "store": "unavailable"}
 
         # Redis returns empty (no persistence): the gap is reported, not skipped.
         private_redis.start()
