@@ -133,10 +133,12 @@ async def deliver(
     delivery = Delivery(events=0, cursor=cursor)
     metrics = request.app[METRICS]
     metrics.streams_active.inc()
+    reader = _Reader(store, session_id, life, settings.store.replay_batch_events)
     try:
         await _run(
             response,
             delivery,
+            reader,
             store=store,
             settings=settings,
             session_id=session_id,
@@ -178,6 +180,7 @@ async def deliver(
         log.warning("stream.delivery_failed", error=type(exc).__name__)
         await _close_with_retry(response, sse.retry_ms)
     finally:
+        reader.cancel()
         registry.detach(attachment)
         metrics.streams_active.dec()
         metrics.events_delivered.inc(delivery.events)
@@ -200,40 +203,6 @@ async def _close_with_retry(response: web.StreamResponse, retry_ms: int) -> None
         await response.write_eof()
     except ConnectionResetError:
         pass
-
-
-async def _run(
-    response: web.StreamResponse,
-    delivery: Delivery,
-    *,
-    store: EventStore,
-    settings: Settings,
-    session_id: str,
-    life: str,
-    primes: bool,
-    resuming: bool,
-    feeds: dict[tuple[str, str], LocalFeed],
-    feed_key: tuple[str, str],
-    check_owner: Callable[[], Awaitable[object]] | None,
-) -> None:
-    reader = _Reader(store, session_id, life, settings.store.replay_batch_events)
-    try:
-        await _loop(
-            response,
-            delivery,
-            reader,
-            store=store,
-            settings=settings,
-            session_id=session_id,
-            life=life,
-            primes=primes,
-            resuming=resuming,
-            feeds=feeds,
-            feed_key=feed_key,
-            check_owner=check_owner,
-        )
-    finally:
-        reader.cancel()
 
 
 class _Reader:
@@ -274,7 +243,7 @@ def _consume(future: asyncio.Future[ReadResult]) -> None:
         future.exception()  # retrieved: no "exception was never retrieved" warning
 
 
-async def _loop(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor: replay, live tail
+async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor: replay, live tail
     response: web.StreamResponse,
     delivery: Delivery,
     reader: _Reader,

@@ -31,24 +31,13 @@ import redis.asyncio as aioredis
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.example.process import example_upstream
 from tests.support.mcp_http import open_session
+from tests.support.mcp_http import stream_notifications_call as _call
 from tests.support.sse_client import Event, read_events
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 #: Every condition below is met within this many seconds, or the test fails.
 DEADLINE_S = 30.0
-
-
-def _call(count: int, interval_ms: float, request_id: int = 1) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {
-            "name": "stream_notifications",
-            "arguments": {"count": count, "interval_ms": interval_ms},
-        },
-    }
 
 
 def _messages(events: list[Event]) -> list[dict[str, Any]]:

@@ -18,23 +18,12 @@ from mcp.types import CreateMessageResult, ElicitResult, TextContent
 
 from mcp_sse_gateway.example.process import example_upstream
 from tests.support.mcp_http import open_session
+from tests.support.mcp_http import stream_notifications_call as _call
 from tests.support.sse_client import read_events
 
 N = 10
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _call(count: int, interval_ms: float, request_id: int = 1) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {
-            "name": "stream_notifications",
-            "arguments": {"count": count, "interval_ms": interval_ms},
-        },
-    }
 
 
 def _check_exactly_once(messages: list[dict[str, Any]], request_id: int = 1) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import aiohttp
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -35,3 +37,18 @@ async def open_session(
     response = await http.post(url, headers=headers, json=initialized)
     assert response.status == 202
     return headers
+
+
+def stream_notifications_call(
+    count: int, interval_ms: float, request_id: int = 1
+) -> dict[str, Any]:
+    """A ``tools/call`` of the example server's ``stream_notifications`` tool."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "stream_notifications",
+            "arguments": {"count": count, "interval_ms": interval_ms},
+        },
+    }
