@@ -5,7 +5,8 @@ explicit sequential entry ids ``0-<offset>``, a metadata hash next to it (kind, 
 offset, finished flag), a list of the session's lives, the session record, and one heartbeat key
 per replica. Every write is one Lua script (EVALSHA, cached by redis-py), so it is atomic:
 ``append`` checks the stream exists, bumps the offset, adds the entry (``XADD``), trims to
-``max_events_per_stream`` (exact ``MAXLEN``), refreshes TTLs and publishes a wake-up.
+``max_events_per_stream`` (exact ``MAXLEN``), refreshes TTLs and publishes a wake-up when a
+reader waits on the stream through the store (a ``…:meta:<life>:watch`` key with a TTL).
 
 Gaps are never silent: the oldest stored offset is derived from the stream itself
 (``last - XLEN + 1``), so events that were trimmed, evicted or lost make a cursor before them

@@ -182,16 +182,7 @@ class ManagedStreams:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
             UpstreamError: the upstream failed before its response headers (502).
         """
-        life: str | None = None
-        if request_ids:
-            life = new_life()
-            await self.store.create_stream(
-                session_id,
-                life,
-                kind="request",
-                owner=self._app[REPLICA_ID],
-                pending=pending_errors(request_ids),
-            )
+        life = await self._new_request_stream(session_id, request_ids) if request_ids else None
         opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -232,6 +223,26 @@ class ManagedStreams:
         log.info("stream.delivered", life=life[:8], events=delivery.events, ended=delivery.ended)
         return out
 
+    async def _new_request_stream(
+        self, session_id: str, request_ids: list[jsonrpc.JSONRPCId]
+    ) -> str:
+        """Create a request stream life owned by this replica and return it.
+
+        Its pending errors are those of *request_ids* (see ``EventStore.end_orphaned``).
+
+        Raises:
+            StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
+        """
+        life = new_life()
+        await self.store.create_stream(
+            session_id,
+            life,
+            kind="request",
+            owner=self._app[REPLICA_ID],
+            pending=pending_errors(request_ids),
+        )
+        return life
+
     async def _start_post(
         self,
         *,
@@ -251,14 +262,7 @@ class ManagedStreams:
                 return
             if life is None:
                 # An event stream answering only notifications or responses: unusual, kept.
-                life = new_life()
-                await self.store.create_stream(
-                    session_id,
-                    life,
-                    kind="request",
-                    owner=self._app[REPLICA_ID],
-                    pending=pending_errors(request_ids),
-                )
+                life = await self._new_request_stream(session_id, request_ids)
         except BaseException as exc:
             if life is not None:
                 with contextlib.suppress(StoreError, StreamError):
