@@ -8,11 +8,14 @@
     │   ├── HostNotAllowed           403: Host header not in ``server.allowed_hosts``
     │   ├── OriginNotAllowed         403: Origin header not in ``server.allowed_origins``
     │   ├── BodyTooLarge             413: body over ``server.max_body_bytes``
-    │   └── MethodNotAllowed         405: method the MCP endpoint does not serve
+    │   ├── MethodNotAllowed         405: method the MCP endpoint does not serve
+    │   └── ResumeForbidden          403: credentials not the creator's where that is required
     ├── UpstreamError                502: the upstream failed before response headers
     │   ├── UpstreamConnectError     connection refused / DNS / TLS failure
     │   ├── UpstreamTimeout          no response headers within ``upstream.headers_timeout_s``
     │   └── UpstreamProtocolError    the upstream answered something that is not HTTP
+    ├── AuthUnavailable              503 + Retry-After: the upstream could not be asked to
+    │                                authorize a resume (5xx, timeout, unreachable)
     ├── StoreError
     │   ├── StoreUnavailable         503 + Retry-After: the event store is needed but down
     │   └── StoreLimitExceeded       a bound of D7 was hit (streams per session, event size)
@@ -61,6 +64,18 @@ class BodyTooLarge(RequestRejected):
 
 class MethodNotAllowed(RequestRejected):
     """Raised when the MCP endpoint gets a method other than GET, POST or DELETE."""
+
+
+class ResumeForbidden(RequestRejected):
+    """Raised when a resume's credentials may not read the stream (DESIGN D8).
+
+    Another principal than the creator's, or (``auth.bind = "creator"``) credentials other
+    than the creator's exact ones.
+    """
+
+
+class AuthUnavailable(GatewayError):
+    """Raised when the upstream cannot be asked whether a resume's credentials are accepted."""
 
 
 class UpstreamError(GatewayError):

@@ -66,6 +66,7 @@ def upstream_request_headers(
     scheme: str,
     host: str | None,
     trusted_peer: bool,
+    drop_names: frozenset[str] = frozenset(),
 ) -> Headers:
     """Headers to send upstream for one client request.
 
@@ -78,12 +79,14 @@ def upstream_request_headers(
         host: the client's ``Host`` header.
         trusted_peer: the peer is a configured proxy: its ``X-Forwarded-*`` are extended, not
             replaced.
+        drop_names: further headers (lower case) not to forward, e.g. the trusted principal
+            header when the peer is not a trusted proxy.
 
     Returns:
         End-to-end headers (``Authorization``, ``Cookie``, ``Mcp-*``, ``traceparent`` …) in order,
         plus ``X-Forwarded-For/Proto/Host``.
     """
-    drop = HOP_BY_HOP | _DROP_UPSTREAM | _connection_tokens(incoming)
+    drop = HOP_BY_HOP | _DROP_UPSTREAM | _connection_tokens(incoming) | drop_names
     if mcp_endpoint:
         drop = drop | _DROP_UPSTREAM_MCP
     out: Headers = [(name, value) for name, value in incoming if name.lower() not in drop]

@@ -84,6 +84,33 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.auth_probes = Counter(
+            "mcp_sse_gateway_auth_probes_total",
+            "Upstream authorization probes of resumes, by outcome (ok, 401, 403, 404, 429, "
+            "unavailable, other).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.auth_refusals = Counter(
+            "mcp_sse_gateway_auth_refusals_total",
+            "Resumes and stream joins refused, by reason (upstream_<status>, "
+            "upstream_unavailable, upstream_other, principal_mismatch, creator_only).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.auth_served = Counter(
+            "mcp_sse_gateway_auth_served_total",
+            "Resumes and stream joins authorized, by how (creator, cached, probed, principal, "
+            "disabled).",
+            ["by"],
+            registry=self.registry,
+        )
+        self.auth_probe_seconds = Histogram(
+            "mcp_sse_gateway_auth_probe_seconds",
+            "Duration of one upstream authorization probe, seconds.",
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         """The exposition text of every metric (Prometheus text format 0.0.4)."""
         return generate_latest(self.registry)

@@ -149,6 +149,8 @@ async def start_redis(upstream_url: str, *, workdir: Path) -> AsyncIterator[Runn
             "MCP_SSE_GATEWAY_STORE__BACKEND": "redis",
             "MCP_SSE_GATEWAY_STORE__REDIS_URL": redis_url,
             "MCP_SSE_GATEWAY_STORE__KEY_PREFIX": f"bench-{uuid.uuid4().hex[:8]}",
+            # Shared by replicas in production; any secret of 16+ characters here.
+            "MCP_SSE_GATEWAY_AUTH__DIGEST_KEY": uuid.uuid4().hex,
         }
         async with gateway_process("gateway-redis", upstream_url, workdir=workdir, env=env) as (
             child,

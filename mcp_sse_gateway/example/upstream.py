@@ -16,6 +16,7 @@ import socket
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -25,6 +26,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from starlette.applications import Starlette
 
 from mcp_sse_gateway import __version__
+from mcp_sse_gateway.example.auth import BearerAuth, TokenFile
 from mcp_sse_gateway.example.conformance import conformance_tools, register_conformance
 from mcp_sse_gateway.example.gateway_tools import register_gateway_tools
 from mcp_sse_gateway.example.protocol import ServerState
@@ -117,7 +119,9 @@ def build_app(
     allowed_origins: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     server: MCPServer[Any] | None = None,
-) -> Starlette:
+    auth_file: Path | None = None,
+    bind_sessions: bool = False,
+) -> Starlette | BearerAuth:
     """The ASGI app serving the example server over Streamable HTTP, without an event store.
 
     Args:
@@ -129,12 +133,16 @@ def build_app(
         allowed_origins: further accepted ``Origin`` values.
         max_body_bytes: request body limit (413 above it).
         server: the server to serve (default: a new :func:`build_server`).
+        auth_file: require bearer tokens from this token file (see
+            :mod:`mcp_sse_gateway.example.auth`).
+        bind_sessions: with *auth_file*: a session belongs to the user who initialized it.
 
     Returns:
-        A Starlette app whose lifespan runs the SDK's session manager.
+        A Starlette app whose lifespan runs the SDK's session manager (wrapped in
+        :class:`~mcp_sse_gateway.example.auth.BearerAuth` with *auth_file*).
     """
     mcp_server = server if server is not None else build_server()
-    return mcp_server.streamable_http_app(
+    app = mcp_server.streamable_http_app(
         streamable_http_path=path,
         stateless_http=stateless,
         json_response=json_response,
@@ -145,6 +153,9 @@ def build_app(
         ),
         host=host,
     )
+    if auth_file is None:
+        return app
+    return BearerAuth(app, TokenFile(auth_file), path=path, bind_sessions=bind_sessions)
 
 
 def endpoint_url(host: str, port: int, path: str) -> str:
@@ -257,6 +268,18 @@ def _parser() -> argparse.ArgumentParser:
         help="request body limit (default %(default)s)",
     )
     parser.add_argument(
+        "--auth",
+        type=Path,
+        metavar="FILE",
+        help="require bearer tokens listed in this JSON file (re-read when it changes; see "
+        "mcp_sse_gateway/example/auth.py)",
+    )
+    parser.add_argument(
+        "--bind-sessions",
+        action="store_true",
+        help="with --auth: a session belongs to the user who created it (others get 404)",
+    )
+    parser.add_argument(
         "--log-level",
         default="warning",
         choices=LOG_LEVELS,
@@ -273,7 +296,12 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 after a signal, 1 if it cannot listen)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.bind_sessions and args.auth is None:
+        parser.error("--bind-sessions needs --auth FILE")
+    if args.auth is not None and not args.auth.is_file():
+        parser.error(f"--auth: no such file: {args.auth}")
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_cleanly)
     level = "debug" if args.log_level == "trace" else args.log_level
@@ -293,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 allowed_hosts=args.allow_host,
                 allowed_origins=args.allow_origin,
                 max_body_bytes=args.max_body_bytes,
+                auth_file=args.auth,
+                bind_sessions=args.bind_sessions,
             )
         )
     except OSError as exc:

@@ -32,11 +32,14 @@ class SessionRecord:
         key: :func:`session_digest` of the ``Mcp-Session-Id``.
         protocol_version: the version negotiated by initialize (e.g. ``"2025-11-25"``).
         deleted: the session was ended by DELETE (a tombstone: requests get 404).
+        auth: the encoded :class:`~mcp_sse_gateway.auth.Binding` of its creator's credentials
+            (keyed digests, never a credential), or ``""`` when none was kept.
     """
 
     key: str
     protocol_version: str
     deleted: bool = False
+    auth: str = ""
 
 
 class StoredEvent(NamedTuple):
@@ -64,6 +67,8 @@ class StreamInfo:
         last_offset: newest offset appended, 0 before the first event.
         finished: the terminal marker was appended: no event will follow ``last_offset``.
         owner: the replica whose pump writes this stream.
+        auth: the encoded :class:`~mcp_sse_gateway.auth.Binding` of the credentials that
+            created it, or ``""``.
     """
 
     life: str
@@ -72,6 +77,7 @@ class StreamInfo:
     last_offset: int
     finished: bool
     owner: str
+    auth: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +100,13 @@ class EventStore(Protocol):
     cannot be reached. Every method is safe to cancel: nothing is half-written.
     """
 
-    async def record_session(self, session_id: str, protocol_version: str) -> None:
-        """Record (or refresh) a session's negotiated protocol version."""
+    async def record_session(
+        self, session_id: str, protocol_version: str, *, auth: str = ""
+    ) -> None:
+        """Record (or refresh) a session's negotiated protocol version.
+
+        *auth* is the encoded binding of the creator's credentials (opaque ASCII, no secret).
+        """
 
     async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
         """The session's record, or None when there is none (never recorded, or expired).
@@ -115,8 +126,12 @@ class EventStore(Protocol):
         owner: str,
         pending: Sequence[str] = (),
         start_after: int = 0,
+        auth: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
+
+        *auth* is the encoded binding of the creating request's credentials, read back in
+        :attr:`StreamInfo.auth`.
 
         *pending* are the SSE datas (JSON-RPC error responses, one per request id still waiting
         for its response) that :meth:`end_orphaned` appends if the owner dies first. The first

@@ -71,6 +71,7 @@ class _Stream:
     waiters: int = 0
     #: Error datas for the requests still waiting for their response (see end_orphaned).
     pending: tuple[str, ...] = ()
+    auth: str = ""
 
     def info(self) -> StreamInfo:
         return StreamInfo(
@@ -80,6 +81,7 @@ class _Stream:
             last_offset=self.last_offset,
             finished=self.finished,
             owner=self.owner,
+            auth=self.auth,
         )
 
     def wake(self) -> None:
@@ -159,9 +161,13 @@ class MemoryStore:
             # finished grace), so evicting a record never cuts a running tool call.
             self._sessions.popitem(last=False)
 
-    async def record_session(self, session_id: str, protocol_version: str) -> None:
-        """Record (or refresh) a session's negotiated protocol version."""
-        self._put(SessionRecord(session_digest(session_id), protocol_version), self._ttl_s)
+    async def record_session(
+        self, session_id: str, protocol_version: str, *, auth: str = ""
+    ) -> None:
+        """Record (or refresh) a session's negotiated protocol version and creator binding."""
+        self._put(
+            SessionRecord(session_digest(session_id), protocol_version, auth=auth), self._ttl_s
+        )
 
     async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
         """The session's record, or None; with *refresh*, a live record's idle TTL restarts."""
@@ -251,6 +257,7 @@ class MemoryStore:
         owner: str,
         pending: Sequence[str] = (),
         start_after: int = 0,
+        auth: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -276,6 +283,7 @@ class MemoryStore:
             pending=tuple(pending),
             first_offset=start_after + 1,
             last_offset=start_after,
+            auth=auth,
         )
         self._stream_touched[key] = now
 

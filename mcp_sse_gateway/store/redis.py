@@ -274,17 +274,18 @@ local function finish(meta, stream, life, fin_ms)
 end
 """
 
-# KEYS[3] session record. ARGV[7] protocol version, ARGV[8] idle TTL (ms).
+# KEYS[3] session record. ARGV[7] protocol version, ARGV[8] idle TTL (ms), ARGV[9] the
+# creator's binding (keyed digests).
 _LUA_RECORD_SESSION = """
-redis.call('HSET', KEYS[3], 'v', ARGV[7], 'd', '0')
+redis.call('HSET', KEYS[3], 'v', ARGV[7], 'd', '0', 'a', ARGV[9])
 redis.call('PEXPIRE', KEYS[3], ARGV[8])
 touch_session()
 return 1
 """
 
-# KEYS[3] session record. ARGV[7] refresh (1/0), ARGV[8] idle TTL (ms). -> {v, d} or nil
+# KEYS[3] session record. ARGV[7] refresh (1/0), ARGV[8] idle TTL (ms). -> {v, d, a} or nil
 _LUA_GET_SESSION = """
-local r = redis.call('HMGET', KEYS[3], 'v', 'd')
+local r = redis.call('HMGET', KEYS[3], 'v', 'd', 'a')
 if not r[1] then
   return false
 end
@@ -292,7 +293,7 @@ if ARGV[7] == '1' and r[2] ~= '1' then
   redis.call('PEXPIRE', KEYS[3], ARGV[8])
   touch_session()
 end
-return {r[1], r[2] or '0'}
+return {r[1], r[2] or '0', r[3] or ''}
 """
 
 # KEYS[3] session record. ARGV[7] tombstone TTL (ms).
@@ -317,7 +318,7 @@ return 1
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] kind, ARGV[9] owner,
 # ARGV[10] max streams per session, ARGV[11] pending error datas (LF-joined; JSON has no raw LF),
-# ARGV[12] the offset the stream starts after.
+# ARGV[12] the offset the stream starts after, ARGV[13] the creator's binding (keyed digests).
 # -> 1 created, 0 limit reached
 _LUA_CREATE = """
 local life = ARGV[7]
@@ -349,7 +350,7 @@ while count >= tonumber(ARGV[10]) do
   count = count - 1
 end
 redis.call('HSET', KEYS[3], 'kind', ARGV[8], 'owner', ARGV[9], 'last', ARGV[12],
-  'base', ARGV[12], 'fin', '0', 'pend', ARGV[11])
+  'base', ARGV[12], 'fin', '0', 'pend', ARGV[11], 'auth', ARGV[13])
 redis.call('PEXPIRE', KEYS[3], KEEP_MS)
 redis.call('RPUSH', INDEX, life)
 touch_session()
@@ -471,9 +472,10 @@ redis.call('SET', watch_key(ARGV[7]), '1', 'PX', ARGV[8])
 return {tonumber(m[1]), m[2] == '1' and 1 or 0}
 """
 
-# KEYS[3] meta, KEYS[4] stream. -> {kind, owner, last, finished (1/0), stored events} or nil
+# KEYS[3] meta, KEYS[4] stream.
+# -> {kind, owner, last, finished (1/0), stored events, binding} or nil
 _LUA_INFO = """
-local m = redis.call('HMGET', KEYS[3], 'kind', 'owner', 'last', 'fin')
+local m = redis.call('HMGET', KEYS[3], 'kind', 'owner', 'last', 'fin', 'auth')
 if not m[3] then
   return false
 end
@@ -481,7 +483,8 @@ if m[4] ~= '1' then
   keep_open(KEYS[3], KEYS[4])
 end
 touch_session()
-return {m[1], m[2], tonumber(m[3]), m[4] == '1' and 1 or 0, redis.call('XLEN', KEYS[4])}
+return {m[1], m[2], tonumber(m[3]), m[4] == '1' and 1 or 0, redis.call('XLEN', KEYS[4]),
+  m[5] or ''}
 """
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] owner seen dead, ARGV[9] max events,
@@ -854,8 +857,10 @@ class RedisStore:
 
     # Sessions ---------------------------------------------------------------------------------
 
-    async def record_session(self, session_id: str, protocol_version: str) -> None:
-        """Record (or refresh) a session's negotiated protocol version.
+    async def record_session(
+        self, session_id: str, protocol_version: str, *, auth: str = ""
+    ) -> None:
+        """Record (or refresh) a session's negotiated protocol version and creator binding.
 
         The record lives ``session_idle_ttl_s`` seconds from now (a tombstone is overwritten).
 
@@ -864,7 +869,7 @@ class RedisStore:
         """
         keys = self._keys(session_id)
         async with self._guard("record_session"):
-            await self._run("record", keys, [keys.session], [protocol_version, self._idle_ms])
+            await self._run("record", keys, [keys.session], [protocol_version, self._idle_ms, auth])
 
     async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
         """The session's record, or None when there is none (never recorded, or expired).
@@ -884,7 +889,12 @@ class RedisStore:
             )
         if found is None:
             return None
-        return SessionRecord(keys.digest, _text(found[0]), deleted=_text(found[1]) == "1")
+        return SessionRecord(
+            keys.digest,
+            _text(found[0]),
+            deleted=_text(found[1]) == "1",
+            auth=_text(found[2]) if len(found) > 2 else "",  # noqa: PLR2004 - {v, d, a}
+        )
 
     async def tombstone_session(self, session_id: str) -> None:
         """Mark the session deleted for :data:`TOMBSTONE_TTL_S` seconds and drop its streams.
@@ -932,6 +942,7 @@ class RedisStore:
         owner: str,
         pending: Sequence[str] = (),
         start_after: int = 0,
+        auth: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -944,6 +955,7 @@ class RedisStore:
                 JSON-RPC error response per request id; single-line JSON).
             start_after: the first event gets offset ``start_after + 1`` (a re-created stream
                 life starts after every offset its earlier incarnation used).
+            auth: the encoded binding of the creating request's credentials (no secret).
 
         Raises:
             StoreLimitExceeded: the session already holds ``max_streams_per_session``
@@ -956,7 +968,7 @@ class RedisStore:
                 "create",
                 keys,
                 [keys.meta(life), keys.stream(life)],
-                [life, kind, owner, self._max_streams, _join_datas(pending), start_after],
+                [life, kind, owner, self._max_streams, _join_datas(pending), start_after, auth],
             )
         if not created:
             log.warning("store.streams_per_session_limit", limit=self._max_streams)
@@ -1099,7 +1111,7 @@ class RedisStore:
             reply = await self._run("info", keys, [keys.meta(life), keys.stream(life)])
         if reply is None:
             return None
-        kind, owner, last, finished, stored = reply
+        kind, owner, last, finished, stored, binding = reply
         return StreamInfo(
             life=life,
             kind=cast("StreamKind", _text(kind)),
@@ -1107,6 +1119,7 @@ class RedisStore:
             last_offset=int(last),
             finished=bool(finished),
             owner=_text(owner),
+            auth=_text(binding),
         )
 
     # Waiting ----------------------------------------------------------------------------------

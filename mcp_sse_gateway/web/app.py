@@ -22,7 +22,9 @@ from mcp_sse_gateway.registry import DRAINING, Registry
 from mcp_sse_gateway.store.base import EventStore
 from mcp_sse_gateway.store.memory import MemoryStore
 from mcp_sse_gateway.web import relay
+from mcp_sse_gateway.web.authz import Authorizer
 from mcp_sse_gateway.web.keys import (
+    AUTHORIZER,
     METRICS,
     REGISTRY,
     REPLICA_ID,
@@ -68,7 +70,8 @@ def create_app(
         ``/metrics`` (when enabled), and every other path relayed to the upstream.
 
     Raises:
-        ConfigError: ``upstream.url`` is missing, or the store backend is unknown.
+        ConfigError: ``upstream.url`` is missing, the store backend is unknown, or
+            ``auth.jwks_file`` is not a usable key set.
     """
     if settings.upstream.url is None:
         raise ConfigError("upstream.url is required (--upstream URL, or [upstream] url)")
@@ -82,6 +85,18 @@ def create_app(
     app[STATE] = GatewayState()
     app[REGISTRY] = Registry()
     app[REPLICA_ID] = secrets.token_hex(8)
+    digest_key = settings.auth.digest_key
+    try:
+        authorizer = Authorizer(
+            settings,
+            app[STORE],
+            app[METRICS],
+            # The memory store lives and dies with this process: a random key is as good as any.
+            digest_key.get_secret_value().encode() if digest_key else secrets.token_bytes(32),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    app[AUTHORIZER] = authorizer
     app.cleanup_ctx.append(_store_lifetime)
     app.cleanup_ctx.append(_heartbeat)
     app.cleanup_ctx.append(_upstream_client)
@@ -100,7 +115,9 @@ def create_app(
 async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
     async with make_client_session(app[SETTINGS].upstream) as client:
         app[UPSTREAM_CLIENT] = client
+        app[AUTHORIZER].client = client
         yield
+        await app[AUTHORIZER].close()
 
 
 async def _registry_lifetime(app: web.Application) -> AsyncIterator[None]:

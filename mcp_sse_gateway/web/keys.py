@@ -9,6 +9,7 @@ from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.web.authz import Authorizer
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", EventStore)
@@ -31,5 +32,7 @@ class GatewayState:
 
 STATE = web.AppKey("state", GatewayState)
 REGISTRY = web.AppKey("registry", Registry)
+#: Resume authorization (DESIGN D8): credential digests, upstream probes.
+AUTHORIZER = web.AppKey("authorizer", Authorizer)
 #: This replica's id (random per process): the owner recorded on the streams it pumps.
 REPLICA_ID = web.AppKey("replica_id", str)

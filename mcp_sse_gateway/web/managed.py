@@ -36,9 +36,17 @@ from mcp_sse_gateway.feed import LocalFeed
 from mcp_sse_gateway.headers import client_response_headers
 from mcp_sse_gateway.pump import Chunks, pending_errors, run_pump
 from mcp_sse_gateway.registry import Registry
-from mcp_sse_gateway.store.base import EventStore, StreamInfo, session_digest
+from mcp_sse_gateway.store.base import EventStore, SessionRecord, StreamInfo, session_digest
 from mcp_sse_gateway.web.delivery import SSE_RESPONSE_HEADERS, deliver
-from mcp_sse_gateway.web.keys import METRICS, REGISTRY, REPLICA_ID, SETTINGS, STORE, UPSTREAM_CLIENT
+from mcp_sse_gateway.web.keys import (
+    AUTHORIZER,
+    METRICS,
+    REGISTRY,
+    REPLICA_ID,
+    SETTINGS,
+    STORE,
+    UPSTREAM_CLIENT,
+)
 from mcp_sse_gateway.web.passthrough import relay_response
 from mcp_sse_gateway.web.upstream import open_upstream
 
@@ -63,10 +71,18 @@ _STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
 
 @dataclass(frozen=True, slots=True)
 class UpstreamCall:
-    """Everything needed to send (and re-send as a GET) one request upstream."""
+    """Everything needed to send (and re-send as a GET) one request upstream.
+
+    Attributes:
+        url: the upstream URL.
+        headers: the headers to send (the client's credentials among them).
+        auth: the encoded binding of those credentials, kept on the records the request
+            creates (``""`` when authorization is off).
+    """
 
     url: Any
     headers: list[tuple[str, str]]
+    auth: str = ""
 
 
 def standalone_life(session_id: str) -> str:
@@ -182,7 +198,11 @@ class ManagedStreams:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
             UpstreamError: the upstream failed before its response headers (502).
         """
-        life = await self._new_request_stream(session_id, request_ids) if request_ids else None
+        life = (
+            await self._new_request_stream(session_id, request_ids, call.auth)
+            if request_ids
+            else None
+        )
         opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]] = (
             asyncio.get_running_loop().create_future()
         )
@@ -224,11 +244,12 @@ class ManagedStreams:
         return out
 
     async def _new_request_stream(
-        self, session_id: str, request_ids: list[jsonrpc.JSONRPCId]
+        self, session_id: str, request_ids: list[jsonrpc.JSONRPCId], auth: str
     ) -> str:
         """Create a request stream life owned by this replica and return it.
 
-        Its pending errors are those of *request_ids* (see ``EventStore.end_orphaned``).
+        Its pending errors are those of *request_ids* (see ``EventStore.end_orphaned``); *auth*
+        binds it to the credentials of the POST that creates it (DESIGN D8).
 
         Raises:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
@@ -240,6 +261,7 @@ class ManagedStreams:
             kind="request",
             owner=self._app[REPLICA_ID],
             pending=pending_errors(request_ids),
+            auth=auth,
         )
         return life
 
@@ -262,7 +284,7 @@ class ManagedStreams:
                 return
             if life is None:
                 # An event stream answering only notifications or responses: unusual, kept.
-                life = await self._new_request_stream(session_id, request_ids)
+                life = await self._new_request_stream(session_id, request_ids, call.auth)
         except BaseException as exc:
             if life is not None:
                 with contextlib.suppress(StoreError, StreamError):
@@ -344,9 +366,19 @@ class ManagedStreams:
     # GET ----------------------------------------------------------------------------------
 
     async def resume(
-        self, request: web.Request, *, session_id: str, era: Era, last_event_id: str
+        self,
+        request: web.Request,
+        *,
+        session_id: str,
+        era: Era,
+        last_event_id: str,
+        call: UpstreamCall,
+        record: SessionRecord | None,
     ) -> web.StreamResponse:
         """Answer GET + ``Last-Event-ID`` from the store (D6); never forwarded upstream.
+
+        The request's credentials are authorized first (D8): the upstream's refusal of them
+        is relayed instead of the replay.
 
         Raises:
             InvalidEventId: malformed, or an offset this stream never reached.
@@ -363,6 +395,9 @@ class ManagedStreams:
             raise InvalidEventId
         if cursor.offset + 1 < info.first_offset:
             raise CursorGone
+        refused = await self._authorize(request, session_id, info, call, record)
+        if refused is not None:
+            return refused
         if info.finished and cursor.offset >= info.last_offset:
             # 204 makes EventSource and the SDK clients stop reconnecting: nothing will follow.
             return web.Response(status=204, headers={"Content-Type": "text/event-stream"})
@@ -393,6 +428,28 @@ class ManagedStreams:
         )
         return out
 
+    async def _authorize(
+        self,
+        request: web.Request,
+        session_id: str,
+        info: StreamInfo | None,
+        call: UpstreamCall,
+        record: SessionRecord | None,
+    ) -> web.StreamResponse | None:
+        """Authorize serving *info*'s stream to *request* (D8); the refusal to answer, or None.
+
+        The stream's creator binding applies, else the session's.
+        """
+        binding = (info.auth if info is not None else "") or (record.auth if record else "")
+        return await self._app[AUTHORIZER].authorize(
+            request,
+            session_id=session_id,
+            binding=binding,
+            url=call.url,
+            headers=call.headers,
+            protocol_version=record.protocol_version if record else None,
+        )
+
     def _owner_check(
         self, session_id: str, info: StreamInfo
     ) -> Callable[[], Awaitable[bool]] | None:
@@ -417,11 +474,21 @@ class ManagedStreams:
         return check
 
     async def standalone(
-        self, request: web.Request, *, session_id: str, era: Era, call: UpstreamCall
+        self,
+        request: web.Request,
+        *,
+        session_id: str,
+        era: Era,
+        call: UpstreamCall,
+        record: SessionRecord | None,
     ) -> web.StreamResponse:
-        """A plain GET: attach to the session's standalone stream at its live end (D5)."""
+        """A plain GET: attach to the session's standalone stream at its live end (D5).
+
+        Joining an upstream GET already open for the session is authorized first (D8); a
+        GET that opens one is authorized by the upstream itself.
+        """
         life = standalone_life(session_id)
-        refused = await self._ensure_standalone(request, session_id, call)
+        refused = await self._ensure_standalone(request, session_id, call, record)
         if refused is not None:
             return refused
         info = await self.store.stream_info(session_id, life)
@@ -440,32 +507,43 @@ class ManagedStreams:
         return out
 
     async def _ensure_standalone(
-        self, request: web.Request, session_id: str, call: UpstreamCall | None
+        self,
+        request: web.Request,
+        session_id: str,
+        call: UpstreamCall | None,
+        record: SessionRecord | None = None,
     ) -> web.StreamResponse | None:
         """Keep one upstream GET open for the session; relay the upstream's refusal if any.
 
-        Serialised per session, so concurrent client GETs never open two upstream GETs.
+        Serialised per session, so concurrent client GETs never open two upstream GETs. A
+        client GET joining the open one is authorized (D8) before its headers become the ones
+        that re-open the upstream GET.
         """
         key = session_digest(session_id)
-        if call is not None:
-            self.registry.standalone_calls[key] = call
         async with self.registry.standalone_lock(key):
             running = self.registry.standalone.get(key)
-            if (running is not None and not running.done()) or call is None:
+            if call is None:
                 return None
+            life = standalone_life(session_id)
+            if running is not None and not running.done():
+                info = await self.store.stream_info(session_id, life)
+                refused = await self._authorize(request, session_id, info, call, record)
+                if refused is None:
+                    self.registry.standalone_calls[key] = call
+                return refused
             response = await self._open("GET", call, None)
             if not _is_event_stream(response):
                 async with response:
                     return await relay_response(request, response)
+            self.registry.standalone_calls[key] = call
             if await self.store.get_session(session_id, refresh=False) is None:
                 # A session the gateway has no record of (it predates this gateway, or its
                 # record expired) but the upstream accepts: keep a record of unknown version, so
                 # the stream's idle timeout applies to it like to any other session (D2, D5).
-                await self.store.record_session(session_id, "")
-            life = standalone_life(session_id)
+                await self.store.record_session(session_id, "", auth=call.auth)
             info = await self.store.stream_info(session_id, life)
             if info is None:
-                await self._create_standalone(session_id, life)
+                await self._create_standalone(session_id, life, call.auth)
             self.registry.standalone[key] = self.registry.spawn(
                 self._standalone_pump(session_id, life, call, response), name="standalone.pump"
             )
@@ -493,15 +571,17 @@ class ManagedStreams:
                 while True:
                     delay_s = min(base_s * 2**failures, STANDALONE_BACKOFF_MAX_S)
                     await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311
+                    latest = self.registry.standalone_calls.get(key, call)
                     try:
                         if not await self._session_alive(session_id):
                             return
-                        await self._restart_if_lost(session_id, life, lost=ended == "store_lost")
+                        await self._restart_if_lost(
+                            session_id, life, lost=ended == "store_lost", auth=latest.auth
+                        )
                         ended = "ended"
                     except StoreError:
                         failures += 1
                         continue
-                    latest = self.registry.standalone_calls.get(key, call)
                     try:
                         reopened = await self._open("GET", latest, None)
                     except UpstreamError:
@@ -520,16 +600,17 @@ class ManagedStreams:
                 del self.registry.standalone[key]
                 self.registry.forget_standalone(key)
 
-    async def _restart_if_lost(self, session_id: str, life: str, *, lost: bool) -> None:
+    async def _restart_if_lost(self, session_id: str, life: str, *, lost: bool, auth: str) -> None:
         """Start the standalone life again if events were lost (outage, Redis restarted empty).
 
         It starts after every offset it used, so the cursors clients hold get 400, not a gap.
+        *auth* binds it to the credentials that re-open its upstream GET.
         """
         if lost or await self.store.stream_info(session_id, life) is None:
             await self.store.drop_stream(session_id, life)
-            await self._create_standalone(session_id, life)
+            await self._create_standalone(session_id, life, auth)
 
-    async def _create_standalone(self, session_id: str, life: str) -> None:
+    async def _create_standalone(self, session_id: str, life: str, auth: str) -> None:
         """Create (again) the session's standalone stream life (D5).
 
         Its offsets start after the current time in microseconds: larger than any offset an
@@ -542,6 +623,7 @@ class ManagedStreams:
             kind="standalone",
             owner=self._app[REPLICA_ID],
             start_after=time.time_ns() // 1000,
+            auth=auth,
         )
 
     async def _session_alive(self, session_id: str) -> bool:

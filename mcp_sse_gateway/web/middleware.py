@@ -18,11 +18,13 @@ from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import (
+    AuthUnavailable,
     BodyTooLarge,
     GatewayError,
     HostNotAllowed,
     MethodNotAllowed,
     OriginNotAllowed,
+    ResumeForbidden,
     SessionGone,
     StoreLimitExceeded,
     StoreUnavailable,
@@ -44,6 +46,8 @@ STATUS_BY_ERROR: dict[type[GatewayError], tuple[int, int, str]] = {
     OriginNotAllowed: (403, -32600, "Forbidden: Origin not allowed"),
     BodyTooLarge: (413, -32600, "Request body too large"),
     MethodNotAllowed: (405, -32600, "Method not allowed"),
+    ResumeForbidden: (403, -32600, "Forbidden: credentials may not resume this session"),
+    AuthUnavailable: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream authorization unavailable"),
     UpstreamConnectError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream unreachable"),
     UpstreamTimeout: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream timed out"),
     UpstreamProtocolError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream failed"),

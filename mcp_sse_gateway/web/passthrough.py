@@ -21,7 +21,7 @@ from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.errors import SSEError, StoreError
 from mcp_sse_gateway.headers import client_response_headers
 from mcp_sse_gateway.sse import SSEDecoder
-from mcp_sse_gateway.web.keys import METRICS, SETTINGS, STATE, STORE
+from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STATE, STORE
 
 log = structlog.get_logger("mcp_sse_gateway.relay")
 
@@ -57,7 +57,9 @@ async def _record_initialize(
     if version is None or not session_id:
         return
     try:
-        await request.app[STORE].record_session(session_id, version)
+        await request.app[STORE].record_session(
+            session_id, version, auth=request.app[AUTHORIZER].binding(request)
+        )
     except StoreError:
         # The session still works; it is treated as one the gateway has no record of (D2).
         log.warning("session.record_failed", protocol_version=version)

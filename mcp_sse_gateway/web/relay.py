@@ -37,7 +37,7 @@ from mcp_sse_gateway.headers import (
     upstream_request_headers,
 )
 from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
-from mcp_sse_gateway.web.keys import METRICS, SETTINGS, STATE, STORE, UPSTREAM_CLIENT
+from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STATE, STORE, UPSTREAM_CLIENT
 from mcp_sse_gateway.web.managed import ManagedStreams, UpstreamCall
 from mcp_sse_gateway.web.passthrough import relay_initialize_json, relay_response
 from mcp_sse_gateway.web.upstream import open_upstream
@@ -85,13 +85,19 @@ def _forward_headers(
     request: web.Request, settings: Settings, *, mcp: bool
 ) -> list[tuple[str, str]]:
     peer = request.remote
+    trusted = peer_trusted(peer, settings.server.trusted_proxies)
+    principal_header = request.app[AUTHORIZER].reader.principal_header
     return upstream_request_headers(
         list(request.headers.items()),
         mcp_endpoint=mcp,
         peer=peer,
         scheme=request.scheme,
         host=request.headers.get("Host"),
-        trusted_peer=peer_trusted(peer, settings.server.trusted_proxies),
+        trusted_peer=trusted,
+        # Only a trusted proxy may assert who the client is; anyone else's claim is dropped.
+        drop_names=frozenset({principal_header})
+        if principal_header and not trusted
+        else frozenset(),
     )
 
 
@@ -140,26 +146,34 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     if request.method == "GET" and last_event_id is not None and session_id is None:
         raise InvalidEventId
     era = Era.PASS_THROUGH
-    known = False
+    record = None
     if session_id is not None:
         record = await request.app[STORE].get_session(session_id)
-        known = record is not None
         if record is not None and record.deleted:
             raise SessionGone
         era = era_for(session_id, record.protocol_version if record else None)
     body = await read_body(request, settings.server.max_body_bytes)
+    authorizer = request.app[AUTHORIZER]
     call = UpstreamCall(
         upstream_url_for(request, settings, mcp=True),
         _forward_headers(request, settings, mcp=True),
+        auth=authorizer.binding(request) if session_id is not None else "",
     )
     managed = ManagedStreams(request.app)
     if session_id is not None and era.resumable:
         if request.method == "GET" and last_event_id is not None:
             return await managed.resume(
-                request, session_id=session_id, era=era, last_event_id=last_event_id
+                request,
+                session_id=session_id,
+                era=era,
+                last_event_id=last_event_id,
+                call=call,
+                record=record,
             )
         if request.method == "GET":
-            return await managed.standalone(request, session_id=session_id, era=era, call=call)
+            return await managed.standalone(
+                request, session_id=session_id, era=era, call=call, record=record
+            )
         if request.method == "POST":
             messages = jsonrpc.parse_messages(body) if body else None
             return await managed.post(
@@ -183,11 +197,19 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     request.app[METRICS].upstream_headers_seconds.observe(waited_s)
     async with response:
         # A 404 for a session the gateway never saw is not remembered: random DELETEs must not
-        # fill the store with tombstones.
+        # fill the store with tombstones. Nor is one answered to another user than the session's
+        # creator: an upstream that binds sessions to users answers them 404 too (D8).
         if (
             request.method == "DELETE"
             and session_id
-            and (response.ok or (response.status == HTTPStatus.NOT_FOUND and known))
+            and (
+                response.ok
+                or (
+                    response.status == HTTPStatus.NOT_FOUND
+                    and record is not None
+                    and authorizer.may_end_session(record.auth, request)
+                )
+            )
         ):
             with contextlib.suppress(StoreError):
                 await request.app[STORE].tombstone_session(session_id)

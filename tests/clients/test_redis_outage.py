@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.example.process import example_upstream
+from tests.conftest import TEST_DIGEST_KEY
 from tests.support.mcp_http import open_session
 from tests.support.mcp_http import stream_notifications_call as _call
 from tests.support.sse_client import Event, read_events
@@ -167,6 +168,7 @@ async def _gateway_process(
         MCP_SSE_GATEWAY_STORE__BACKEND="redis",
         MCP_SSE_GATEWAY_STORE__REDIS_URL=redis_url,
         MCP_SSE_GATEWAY_STORE__KEY_PREFIX=prefix,
+        MCP_SSE_GATEWAY_AUTH__DIGEST_KEY=TEST_DIGEST_KEY,
         MCP_SSE_GATEWAY_STORE__HEARTBEAT_S="0.2",
         MCP_SSE_GATEWAY_STORE__HEARTBEAT_EXPIRY_S="1",
         MCP_SSE_GATEWAY_SSE__KEEPALIVE_S="0.5",

@@ -31,6 +31,7 @@ from typing import IO
 import pytest
 
 from tests.conformance.referee import VERSIONS, Report, referee, toolchain_problem
+from tests.conftest import TEST_DIGEST_KEY
 
 # Exact result of these scenarios through the gateway, on every suite version (see referee.py:
 # a verdict is the scenario's worst verdict, a value like "3/3 SUCCESS" is the table cell).
@@ -189,6 +190,7 @@ def report(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
             "MCP_SSE_GATEWAY_STORE__BACKEND": "redis",
             "MCP_SSE_GATEWAY_STORE__REDIS_URL": request.getfixturevalue("redis_server"),
             "MCP_SSE_GATEWAY_STORE__KEY_PREFIX": "conformance",
+            "MCP_SSE_GATEWAY_AUTH__DIGEST_KEY": TEST_DIGEST_KEY,
         }
     with (
         _upstream(logs) as upstream_url,

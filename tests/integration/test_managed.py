@@ -385,15 +385,25 @@ async def test_parse_helper_is_independent():
 
 
 class StandaloneUpstream:
-    """The upstream's GET stream: sends what the test queues; counts GETs; closes on demand."""
+    """The upstream's GET stream: sends what the test queues; counts GETs; closes on demand.
+
+    A POST is the gateway's authorization probe (a JSON-RPC ping): answered, its credentials
+    recorded in ``probes``.
+    """
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.gets = 0
         self.authorizations: list[str | None] = []
+        self.probes: list[str | None] = []
         self.opened = asyncio.Condition()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            ping = await request.json()
+            assert ping["method"] == "ping"
+            self.probes.append(request.headers.get("Authorization"))
+            return web.json_response({"jsonrpc": "2.0", "id": ping["id"], "result": {}})
         assert request.method == "GET"
         assert "Last-Event-ID" not in request.headers
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -636,6 +646,8 @@ async def test_standalone_reopens_with_the_newest_client_credentials(upstream, g
         second.close()
         standalone.queue.put_nowait(None)
     assert standalone.authorizations[:2] == ["Bearer OLD", "Bearer NEW"]
+    # The newer GET joined the open upstream GET: its credentials were checked first (D8).
+    assert standalone.probes == ["Bearer NEW"]
 
 
 @pytest.mark.redis

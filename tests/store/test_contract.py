@@ -485,3 +485,18 @@ async def test_append_many_stores_in_order_with_consecutive_offsets(make_store):
     assert [e.data for e in (await store.read("s", life, 4, 10)).events] == []
     with pytest.raises(ValueError, match="at least one"):
         await store.append_many("s", life, [])
+
+
+async def test_creator_bindings_round_trip_on_sessions_and_streams(make_store):
+    """The encoded credential bindings (DESIGN D8) are kept as given, and default to none."""
+    store = make_store()
+    binding = "a1." + "c" * 64 + "." + "p" * 64 + ".1700000000000.-"
+    await store.record_session("s", "2025-11-25", auth=binding)
+    assert (await store.get_session("s")).auth == binding
+    await store.record_session("t", "2025-11-25")
+    assert (await store.get_session("t")).auth == ""
+    life, other = new_life(), new_life()
+    await store.create_stream("s", life, kind="request", owner="r1", auth=binding)
+    await store.create_stream("s", other, kind="standalone", owner="r1")
+    assert (await store.stream_info("s", life)).auth == binding
+    assert (await store.stream_info("s", other)).auth == ""

@@ -127,6 +127,7 @@ async def test_selected_by_config_alone(cluster_url, monkeypatch):
     monkeypatch.setenv("MCP_SSE_GATEWAY_STORE__BACKEND", "redis")
     monkeypatch.setenv("MCP_SSE_GATEWAY_STORE__REDIS_URL", cluster_url)
     monkeypatch.setenv("MCP_SSE_GATEWAY_STORE__REDIS_CLUSTER", "true")
+    monkeypatch.setenv("MCP_SSE_GATEWAY_AUTH__DIGEST_KEY", "test-digest-key-0123456789abcdef")
     settings = load_settings().store
     assert settings.redis_cluster is True
     store = RedisStore.from_settings(settings)

@@ -10,16 +10,28 @@ ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 async def open_session(
-    http: aiohttp.ClientSession, url: str, *, version: str = "2025-11-25"
+    http: aiohttp.ClientSession,
+    url: str,
+    *,
+    version: str = "2025-11-25",
+    headers: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Initialize a session at *url* (and send ``notifications/initialized``).
 
+    Args:
+        http: the client.
+        url: the MCP endpoint.
+        version: the protocol version asked for.
+        headers: extra headers of every request (``Authorization`` …).
+
     Returns:
-        The headers of the session's later requests (``Accept`` and ``Mcp-Session-Id``).
+        The headers of the session's later requests (``Accept``, ``Mcp-Session-Id`` and
+        *headers*).
     """
+    extra = headers or {}
     init = await http.post(
         url,
-        headers=ACCEPT,
+        headers={**ACCEPT, **extra},
         json={
             "jsonrpc": "2.0",
             "id": 0,
@@ -31,7 +43,8 @@ async def open_session(
             },
         },
     )
-    headers = {**ACCEPT, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
+    assert init.status == 200, init.status
+    headers = {**ACCEPT, **extra, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
     await init.read()
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     response = await http.post(url, headers=headers, json=initialized)
