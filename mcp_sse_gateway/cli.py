@@ -53,7 +53,18 @@ def _parser() -> argparse.ArgumentParser:
             "check-config", help="validate the settings and print them, secrets redacted"
         )
     )
-    with_config(commands.add_parser("healthcheck", help="probe /readyz; exit 0 when ready"))
+    healthcheck = with_config(
+        commands.add_parser(
+            "healthcheck",
+            help="probe /healthz (liveness; with --ready: /readyz); exit 0 when it answers 200",
+        )
+    )
+    healthcheck.add_argument(
+        "--ready",
+        action="store_true",
+        help="probe /readyz instead: fails while the gateway drains (not for container "
+        "health checks, which would kill a draining container)",
+    )
     demo = with_config(
         commands.add_parser(
             "demo",
@@ -91,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command in ("serve", "check-config") and settings.upstream.url is None:
         print(
-            "mcp-sse-gateway: upstream.url is required (--upstream URL, or [upstream] url)",
+            "mcp-sse-gateway: upstream.url is required (--upstream URL, [upstream] url, or "
+            "env MCP_SSE_GATEWAY_UPSTREAM__URL)",
             file=sys.stderr,
         )
         return EXIT_CONFIG
@@ -99,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(settings.redacted(), indent=2))
         return 0
     if args.command == "healthcheck":
-        return _healthcheck(settings)
+        return _healthcheck(settings, ready=args.ready)
     if args.command == "demo":
         # The demo narrates on stdout; request logs would drown it unless asked for.
         quiet = "warning" if settings.logging.level == "info" else settings.logging.level
@@ -111,14 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return asyncio.run(_serve(settings))
 
 
-def _healthcheck(settings: Settings) -> int:
+def _healthcheck(settings: Settings, *, ready: bool = False) -> int:
+    """Probe the configured gateway's ``/healthz`` (``/readyz`` with *ready*): 0 on 200, else 1."""
     host = settings.server.host
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - probing, not binding
         host = "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
     try:
         with urllib.request.urlopen(
-            f"http://{host}:{settings.server.port}/readyz", timeout=5
+            f"http://{host}:{settings.server.port}/{'readyz' if ready else 'healthz'}", timeout=5
         ) as response:
             return 0 if response.status == HTTPStatus.OK else 1
     except (OSError, urllib.error.URLError):

@@ -88,6 +88,21 @@ DEFAULT_AUTH_PROBE_TIMEOUT_S = 5.0
 #: Shortest ``auth.digest_key`` accepted, characters (HMAC-SHA256 keys below 128 bits are weak).
 MIN_DIGEST_KEY_CHARS = 16
 
+#: Generous for any real client (a request's headers arrive in one packet), short enough that
+#: connections trickling headers (slowloris) do not pile up.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: Bodies are at most 16 MiB; 30 s covers them at about 4 Mbit/s.
+DEFAULT_BODY_TIMEOUT_S = 30.0
+#: Above the common load balancers' idle timeouts (AWS ALB 60 s): the balancer, not the
+#: gateway, closes an idle pooled connection, so it never sends on one the gateway just closed.
+DEFAULT_KEEPALIVE_TIMEOUT_S = 75.0
+#: aiohttp's own limits, made configurable.
+DEFAULT_MAX_HEADERS = 128
+DEFAULT_MAX_HEADER_BYTES = 8190
+#: Each open stream costs a few tens of KiB; 10,000 stays within a container's memory.
+DEFAULT_MAX_CONCURRENT_REQUESTS = 10_000
+DEFAULT_MAX_PUMPS = 10_000
+
 PositiveSeconds = Annotated[float, Field(gt=0)]
 
 
@@ -147,6 +162,40 @@ class ServerSettings(_Section):
     )
     max_body_bytes: int = Field(
         default=DEFAULT_MAX_BODY_BYTES, gt=0, description="Largest request body accepted, bytes."
+    )
+    header_timeout_s: PositiveSeconds = Field(
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        description="A request's line and headers must arrive within this long of its first "
+        "byte (or of a new connection), seconds; then the connection is closed (slowloris).",
+    )
+    body_timeout_s: PositiveSeconds = Field(
+        default=DEFAULT_BODY_TIMEOUT_S,
+        description="A request body must arrive whole within this long, seconds; then 408.",
+    )
+    keepalive_timeout_s: PositiveSeconds = Field(
+        default=DEFAULT_KEEPALIVE_TIMEOUT_S,
+        description="An idle keep-alive client connection is closed after this long, seconds "
+        "(keep it above the idle timeout of the load balancer in front).",
+    )
+    max_headers: int = Field(
+        default=DEFAULT_MAX_HEADERS, gt=0, description="Most header fields in one request."
+    )
+    max_header_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_BYTES,
+        gt=0,
+        description="Longest request line, and longest header field, bytes.",
+    )
+    max_concurrent_requests: int = Field(
+        default=DEFAULT_MAX_CONCURRENT_REQUESTS,
+        gt=0,
+        description="Requests served at once (open streams included); beyond: 503 + "
+        "Retry-After. Health, readiness and metrics are not counted.",
+    )
+    max_pumps: int = Field(
+        default=DEFAULT_MAX_PUMPS,
+        gt=0,
+        description="Upstream streams read at once by this replica (request and standalone "
+        "pumps); a new stream beyond: 503 + Retry-After, running ones untouched.",
     )
     drain_timeout_s: PositiveSeconds = Field(
         default=DEFAULT_DRAIN_TIMEOUT_S,
@@ -354,6 +403,8 @@ class AuthSettings(_Section):
     @field_validator("digest_key")
     @classmethod
     def _key_length(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None and not key.get_secret_value():
+            raise ValueError("is empty (unset it, or give a secret of 16 characters or more)")
         if key is not None and len(key.get_secret_value()) < MIN_DIGEST_KEY_CHARS:
             raise ValueError(f"must be at least {MIN_DIGEST_KEY_CHARS} characters")
         return key
@@ -503,6 +554,7 @@ def redact_url(url: str) -> str:
 def _describe(exc: ValidationError) -> str:
     lines = ["invalid configuration:"]
     for error in exc.errors(include_url=False, include_input=False):
-        key = ".".join(str(part) for part in error["loc"]) or "(root)"
-        lines.append(f"  {key}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        key = ".".join(str(part) for part in error["loc"])
+        lines.append(f"  {key}: {message}" if key else f"  {message}")
     return "\n".join(lines)

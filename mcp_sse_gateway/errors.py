@@ -9,11 +9,15 @@
     │   ├── OriginNotAllowed         403: Origin header not in ``server.allowed_origins``
     │   ├── BodyTooLarge             413: body over ``server.max_body_bytes``
     │   ├── MethodNotAllowed         405: method the MCP endpoint does not serve
+    │   ├── AmbiguousPath            400: a variant of the MCP path (case, ``;``, ``%2F``, ``//``)
+    │   ├── BodyTimeout              408: the body did not arrive within ``server.body_timeout_s``
     │   └── ResumeForbidden          403: credentials not the creator's where that is required
     ├── UpstreamError                502: the upstream failed before response headers
     │   ├── UpstreamConnectError     connection refused / DNS / TLS failure
     │   ├── UpstreamTimeout          no response headers within ``upstream.headers_timeout_s``
     │   └── UpstreamProtocolError    the upstream answered something that is not HTTP
+    ├── GatewayBusy                  503 + Retry-After: ``server.max_concurrent_requests`` or
+    │                                ``server.max_pumps`` reached (running streams untouched)
     ├── AuthUnavailable              503 + Retry-After: the upstream could not be asked to
     │                                authorize a resume (5xx, timeout, unreachable)
     ├── StoreError
@@ -64,6 +68,25 @@ class BodyTooLarge(RequestRejected):
 
 class MethodNotAllowed(RequestRejected):
     """Raised when the MCP endpoint gets a method other than GET, POST or DELETE."""
+
+
+class AmbiguousPath(RequestRejected):
+    """Raised when a path is a variant of the MCP endpoint's whose meaning depends on the upstream.
+
+    Another case, ``;`` parameters, an encoded ``/``, a duplicated or trailing slash: relayed
+    unmanaged, it could reach the upstream's MCP endpoint around the gateway.
+    """
+
+
+class BodyTimeout(RequestRejected):
+    """Raised when a request body does not arrive whole within ``server.body_timeout_s``."""
+
+
+class GatewayBusy(GatewayError):
+    """Raised when this replica serves as many requests or pumps as it may (a flood).
+
+    Answered 503 + ``Retry-After``; nothing already running is affected.
+    """
 
 
 class ResumeForbidden(RequestRejected):

@@ -256,8 +256,13 @@ async def _read_body(
 
 
 def _event_type(event: str | None) -> str | None:
-    """The event type to store: None for the default; an unsendable one (NUL) is dropped."""
-    if event in (None, "message") or "\x00" in event:  # type: ignore[operator]
+    """The event type to store, as the upstream wrote it (``message`` and ``""`` included).
+
+    None when the upstream wrote no ``event`` field; an unsendable one (NUL) is dropped too.
+    Some clients dispatch only explicitly typed events, so an explicit ``event: message`` is
+    kept (DESIGN D3).
+    """
+    if event is None or "\x00" in event:
         return None
     return event
 

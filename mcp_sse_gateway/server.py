@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,12 +22,63 @@ log = structlog.get_logger("mcp_sse_gateway.server")
 
 
 class _QuietRequestHandler(RequestHandler):
-    """aiohttp's connection handler, minus the echo of unparseable input.
+    """aiohttp's connection handler, minus the echo of unparseable input, plus a header deadline.
 
     On a malformed request aiohttp answers 400 with the parser's message in the body, and that
     message quotes the offending bytes (an attacker-controlled header line). The gateway answers
     with the bare status phrase instead; the detail still goes to the log.
+
+    aiohttp bounds neither how long a request's headers may take to arrive nor how long a new
+    connection may stay silent, so a client trickling headers (slowloris) would hold a
+    connection forever. Here the headers must be complete within ``header_timeout_s`` of a new
+    connection, or of the first byte of a later request on a kept-alive one (an idle kept-alive
+    connection is aiohttp's ``keepalive_timeout``'s business); else the connection is closed.
     """
+
+    def __init__(self, *args: Any, header_timeout_s: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timeout_s = header_timeout_s
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._in_request = False
+
+    def _arm(self) -> None:
+        if self._header_timeout_s is not None and self._header_deadline is None:
+            self._header_deadline = asyncio.get_running_loop().call_later(
+                self._header_timeout_s, self._headers_too_slow
+            )
+
+    def _disarm(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_deadline = None
+        log.info("client.header_timeout", timeout_s=self._header_timeout_s)
+        if self.transport is not None:
+            self.force_close()
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._in_request:
+            self._arm()
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    async def _handle_request(self, request: BaseRequest, *args: Any, **kwargs: Any) -> Any:
+        self._in_request = True
+        self._disarm()
+        try:
+            return await super()._handle_request(request, *args, **kwargs)
+        finally:
+            self._in_request = False
 
     def handle_error(
         self,
@@ -42,7 +94,9 @@ class _QuietRequestHandler(RequestHandler):
 
 class _QuietServer(web.Server):
     def __call__(self) -> RequestHandler:
-        return _QuietRequestHandler(self, loop=self._loop, **self._kwargs)
+        return _QuietRequestHandler(
+            self, loop=self._loop, header_timeout_s=self.header_timeout_s, **self._kwargs
+        )
 
 
 class _GatewayRunner(web.AppRunner):
@@ -50,6 +104,7 @@ class _GatewayRunner(web.AppRunner):
         server = await super()._make_server()
         # aiohttp builds its Server inside Application; only the handler factory differs.
         server.__class__ = _QuietServer
+        server.header_timeout_s = self._app[SETTINGS].server.header_timeout_s  # type: ignore[attr-defined]
         return server
 
 
@@ -100,11 +155,16 @@ async def run_gateway(settings: Settings, **app_kwargs: Any) -> AsyncIterator[Ru
         OSError: the address cannot be bound.
     """
     app = create_app(settings, **app_kwargs)
+    server = settings.server
     runner = _GatewayRunner(
         app,
         handler_cancellation=True,
-        shutdown_timeout=settings.server.drain_timeout_s,
+        shutdown_timeout=server.drain_timeout_s,
         access_log=None,
+        keepalive_timeout=server.keepalive_timeout_s,
+        max_headers=server.max_headers,
+        max_line_size=server.max_header_bytes,
+        max_field_size=server.max_header_bytes,
     )
     await runner.setup()
     try:

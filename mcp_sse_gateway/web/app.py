@@ -34,7 +34,7 @@ from mcp_sse_gateway.web.keys import (
     UPSTREAM_CLIENT,
     GatewayState,
 )
-from mcp_sse_gateway.web.middleware import request_context
+from mcp_sse_gateway.web.middleware import request_context, request_limit
 from mcp_sse_gateway.web.upstream import make_client_session
 
 log = structlog.get_logger("mcp_sse_gateway.app")
@@ -76,7 +76,7 @@ def create_app(
     if settings.upstream.url is None:
         raise ConfigError("upstream.url is required (--upstream URL, or [upstream] url)")
     app = web.Application(
-        middlewares=[request_context],
+        middlewares=[request_context, request_limit],
         client_max_size=settings.server.max_body_bytes,
     )
     app[SETTINGS] = settings
@@ -123,8 +123,10 @@ async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
 async def _registry_lifetime(app: web.Application) -> AsyncIterator[None]:
     """Pumps finish their upstream requests (up to the drain timeout), then are cancelled."""
     yield
+    running = app[REGISTRY].tasks
     cancelled = await app[REGISTRY].close(app[SETTINGS].server.drain_timeout_s)
-    log.info("shutdown.pumps_stopped", cancelled=cancelled)
+    if running:  # a drain before logged its own line already
+        log.info("shutdown.pumps_stopped", cancelled=cancelled)
 
 
 async def drain(app: web.Application, *, force: asyncio.Event | None = None) -> int:

@@ -23,11 +23,15 @@ class GatewayState:
     Attributes:
         draining: set on shutdown; ``/readyz`` answers 503 from then on.
         streams: the client responses currently relaying a stream, closed on shutdown.
+        in_flight: requests being served now (``server.max_concurrent_requests``).
+        busy_logged_at: when a refusal for capacity was last logged (monotonic seconds).
     """
 
     def __init__(self) -> None:
         self.draining = False
         self.streams: set[web.StreamResponse] = set()
+        self.in_flight = 0
+        self.busy_logged_at = float("-inf")
 
 
 STATE = web.AppKey("state", GatewayState)

@@ -25,6 +25,7 @@ from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.eras import Era
 from mcp_sse_gateway.errors import (
     CursorGone,
+    GatewayBusy,
     InvalidEventId,
     StoreError,
     StreamError,
@@ -195,9 +196,11 @@ class ManagedStreams:
         forwarded, so the store's bounds refuse it (503) before the upstream runs anything.
 
         Raises:
+            GatewayBusy: this replica pumps ``server.max_pumps`` streams already (503).
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
             UpstreamError: the upstream failed before its response headers (502).
         """
+        self._check_pump_capacity()
         life = (
             await self._new_request_stream(session_id, request_ids, call.auth)
             if request_ids
@@ -242,6 +245,18 @@ class ManagedStreams:
         )
         log.info("stream.delivered", life=life[:8], events=delivery.events, ended=delivery.ended)
         return out
+
+    def _check_pump_capacity(self) -> None:
+        """Refuse a new upstream stream beyond ``server.max_pumps`` (running ones go on).
+
+        Raises:
+            GatewayBusy: the bound is reached.
+        """
+        limit = self.settings.server.max_pumps
+        if self.registry.tasks >= limit:
+            self._app[METRICS].rejected.labels("pumps").inc()
+            log.warning("stream.refused_capacity", pumps=self.registry.tasks, limit=limit)
+            raise GatewayBusy
 
     async def _new_request_stream(
         self, session_id: str, request_ids: list[jsonrpc.JSONRPCId], auth: str
@@ -531,6 +546,7 @@ class ManagedStreams:
                 if refused is None:
                     self.registry.standalone_calls[key] = call
                 return refused
+            self._check_pump_capacity()
             response = await self._open("GET", call, None)
             if not _is_event_stream(response):
                 async with response:

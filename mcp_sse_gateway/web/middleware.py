@@ -18,8 +18,11 @@ from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import (
+    AmbiguousPath,
     AuthUnavailable,
+    BodyTimeout,
     BodyTooLarge,
+    GatewayBusy,
     GatewayError,
     HostNotAllowed,
     MethodNotAllowed,
@@ -35,7 +38,7 @@ from mcp_sse_gateway.errors import (
     UpstreamTimeout,
 )
 from mcp_sse_gateway.store.base import session_digest
-from mcp_sse_gateway.web.keys import METRICS
+from mcp_sse_gateway.web.keys import METRICS, SETTINGS, STATE
 
 log = structlog.get_logger("mcp_sse_gateway.request")
 
@@ -45,7 +48,10 @@ STATUS_BY_ERROR: dict[type[GatewayError], tuple[int, int, str]] = {
     HostNotAllowed: (403, -32600, "Forbidden: Host not allowed"),
     OriginNotAllowed: (403, -32600, "Forbidden: Origin not allowed"),
     BodyTooLarge: (413, -32600, "Request body too large"),
+    BodyTimeout: (408, -32600, "Request body timed out"),
+    GatewayBusy: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Gateway at capacity, retry later"),
     MethodNotAllowed: (405, -32600, "Method not allowed"),
+    AmbiguousPath: (400, -32600, "Bad Request: ambiguous path"),
     ResumeForbidden: (403, -32600, "Forbidden: credentials may not resume this session"),
     AuthUnavailable: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream authorization unavailable"),
     UpstreamConnectError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream unreachable"),
@@ -63,6 +69,10 @@ CLIENT_CLOSED_REQUEST = 499
 MAX_LOGGED_PATH = 256
 #: Seconds a client is told to wait when the store is down.
 STORE_RETRY_AFTER_S = 1
+#: Paths never refused for capacity: probes must see a busy replica as alive and ready.
+UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: A replica at capacity logs its refusals at most this often, seconds.
+BUSY_LOG_INTERVAL_S = 1.0
 
 
 def _status_for(exc: GatewayError) -> tuple[int, int, str]:
@@ -108,6 +118,9 @@ async def request_context(
             response = await handler(request)
         except GatewayError as exc:
             response = error_response(exc)
+            if isinstance(exc, BodyTimeout):
+                # The rest of the body may still trickle in: this connection cannot be reused.
+                response.force_close()
             if isinstance(exc, UpstreamError):
                 request.app[METRICS].upstream_errors.labels(type(exc).__name__).inc()
                 log.warning("upstream.failed", error=type(exc).__name__, cause=repr(exc.__cause__))
@@ -126,3 +139,33 @@ async def request_context(
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
     return response
+
+
+@web.middleware
+async def request_limit(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Refuse requests beyond ``server.max_concurrent_requests`` (503 + ``Retry-After``).
+
+    Open streams count for as long as they are open, so memory stays bounded under a flood.
+    Health, readiness and metrics are never refused.
+
+    Raises:
+        GatewayBusy: the replica serves as many requests as it may.
+    """
+    if request.path in UNLIMITED_PATHS:
+        return await handler(request)
+    state = request.app[STATE]
+    limit = request.app[SETTINGS].server.max_concurrent_requests
+    if state.in_flight >= limit:
+        request.app[METRICS].rejected.labels("capacity").inc()
+        now = time.monotonic()
+        if now - state.busy_logged_at >= BUSY_LOG_INTERVAL_S:
+            state.busy_logged_at = now
+            log.warning("request.refused_capacity", limit=limit)
+        raise GatewayBusy
+    state.in_flight += 1
+    try:
+        return await handler(request)
+    finally:
+        state.in_flight -= 1

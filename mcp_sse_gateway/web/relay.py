@@ -12,6 +12,7 @@ JSON answer to an initialize, which must be parsed (bounded by ``store.max_event
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from http import HTTPStatus
 
@@ -23,6 +24,8 @@ from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.eras import Era, era_for
 from mcp_sse_gateway.errors import (
+    AmbiguousPath,
+    BodyTimeout,
     BodyTooLarge,
     HostNotAllowed,
     InvalidEventId,
@@ -37,6 +40,7 @@ from mcp_sse_gateway.headers import (
     upstream_request_headers,
 )
 from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
+from mcp_sse_gateway.paths import PathRole, path_role
 from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STATE, STORE, UPSTREAM_CLIENT
 from mcp_sse_gateway.web.managed import ManagedStreams, UpstreamCall
 from mcp_sse_gateway.web.passthrough import relay_initialize_json, relay_response
@@ -61,11 +65,14 @@ def check_request_allowed(request: web.Request, settings: Settings) -> None:
         raise OriginNotAllowed
 
 
-async def read_body(request: web.Request, limit_bytes: int) -> bytes | None:
+async def read_body(
+    request: web.Request, limit_bytes: int, timeout_s: float | None = None
+) -> bytes | None:
     """The whole request body, or None when the request has none.
 
     Raises:
         BodyTooLarge: the declared or actual length exceeds *limit_bytes* (read stops there).
+        BodyTimeout: the body did not arrive whole within *timeout_s* seconds.
     """
     if request.content_length is not None and request.content_length > limit_bytes:
         raise BodyTooLarge
@@ -73,11 +80,16 @@ async def read_body(request: web.Request, limit_bytes: int) -> bytes | None:
         return None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit_bytes:
-            raise BodyTooLarge
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > limit_bytes:
+                    raise BodyTooLarge
+                chunks.append(chunk)
+    except TimeoutError:
+        request.app[METRICS].rejected.labels("body_timeout").inc()
+        raise BodyTimeout from None
     return b"".join(chunks)
 
 
@@ -152,7 +164,7 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
         if record is not None and record.deleted:
             raise SessionGone
         era = era_for(session_id, record.protocol_version if record else None)
-    body = await read_body(request, settings.server.max_body_bytes)
+    body = await read_body(request, settings.server.max_body_bytes, settings.server.body_timeout_s)
     authorizer = request.app[AUTHORIZER]
     call = UpstreamCall(
         upstream_url_for(request, settings, mcp=True),
@@ -219,10 +231,25 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
 
 
 async def relay_other(request: web.Request) -> web.StreamResponse:
-    """Relay a request on any path other than the MCP endpoint and the gateway's own."""
+    """Relay a request on any path other than the MCP endpoint and the gateway's own.
+
+    A path that normalizes to the MCP endpoint (``/a/../mcp``, ``/%6Dcp``) is served as it;
+    a variant of it (``/MCP``, ``/mcp/``, ``/mcp;x``, ``/mcp%2F``, ``//mcp``) is refused
+    (see :mod:`mcp_sse_gateway.paths`).
+
+    Raises:
+        AmbiguousPath: a variant of the MCP endpoint's path (400).
+    """
     settings = request.app[SETTINGS]
+    role = path_role(request.raw_path, settings.server.path)
+    if role is PathRole.MCP:
+        return await relay_mcp(request)
     check_request_allowed(request, settings)
-    body = await read_body(request, settings.server.max_body_bytes)
+    if role is PathRole.AMBIGUOUS:
+        request.app[METRICS].rejected.labels("path").inc()
+        log.info("request.ambiguous_path")
+        raise AmbiguousPath
+    body = await read_body(request, settings.server.max_body_bytes, settings.server.body_timeout_s)
     response, waited_s = await open_upstream(
         request.app[UPSTREAM_CLIENT],
         request.method,

@@ -36,9 +36,10 @@ def make_client_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
             total=None, connect=None, sock_connect=settings.connect_timeout_s, sock_read=None
         ),
         auto_decompress=False,
-        # The relay sends exactly the client's headers: no invented User-Agent,
+        # The relay sends exactly the client's headers: no invented Accept (a client that sent
+        # none must get the upstream's own answer to that, a 406 say), User-Agent,
         # Accept-Encoding or Content-Type.
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        skip_auto_headers=("Accept", "User-Agent", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
     )

@@ -380,3 +380,21 @@ async def test_upstream_closing_before_headers_gives_502(gateway, http):
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_healthcheck_probes_liveness_and_ready_probes_readiness(upstream, gateway):
+    """A container health check (``healthcheck``) must pass while the gateway drains."""
+    import asyncio
+
+    from mcp_sse_gateway.cli import main
+    from mcp_sse_gateway.web.keys import STATE
+
+    async with gateway(upstream.url) as gw:
+        port = ["--port", str(gw.port)]
+        assert await asyncio.to_thread(main, ["healthcheck", *port]) == 0
+        assert await asyncio.to_thread(main, ["healthcheck", "--ready", *port]) == 0
+        gw.app[STATE].draining = True  # what SIGTERM sets first
+        assert await asyncio.to_thread(main, ["healthcheck", *port]) == 0
+        assert await asyncio.to_thread(main, ["healthcheck", "--ready", *port]) == 1
+        gw.app[STATE].draining = False
+    assert await asyncio.to_thread(main, ["healthcheck", *port]) == 1  # nothing listens
