@@ -31,7 +31,6 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 import jwt
@@ -43,6 +42,8 @@ BINDING_VERSION = "a1"
 #: Longest ``Authorization`` value parsed as a JWT, characters (longer ones are opaque).
 MAX_JWT_CHARS = 16 * 1024
 _DIGEST_CHARS = 64
+#: Largest integer a float holds exactly: bigger ``exp`` claims are treated as unusable.
+_MAX_EXACT = 2**53
 
 
 def _hmac(key: bytes, domain: bytes, message: bytes) -> str:
@@ -54,8 +55,10 @@ class Presented:
     """The credentials one request presents, as the gateway compares them.
 
     Attributes:
-        digest: keyed digest (64 hex digits) of the configured credential headers and cookies;
-            requests without any share one digest (the "anonymous" credentials).
+        digest: keyed digest (64 hex digits) of the configured credential headers and cookies
+            (and the MCP endpoint's query string, which may carry a token).
+        anonymous: the request carries none of those: it cannot be told from anyone else's
+            (never taken for the creator's, never cached; the upstream is asked every time).
         principal: keyed digest of the identity (a JWT's ``iss`` + ``sub``, or the trusted
             principal header), or None when the request carries none.
         principal_verified: the identity holds without asking the upstream (a trusted proxy's
@@ -65,6 +68,7 @@ class Presented:
     """
 
     digest: str
+    anonymous: bool = False
     principal: str | None = None
     principal_verified: bool = False
     is_jwt: bool = False
@@ -158,22 +162,39 @@ def _bearer_token(headers: Sequence[tuple[str, str]]) -> str | None:
 
 
 def _cookies(headers: Sequence[tuple[str, str]], names: Sequence[str]) -> list[tuple[str, str]]:
+    """The named cookies of every ``Cookie`` header, sorted by name, duplicates kept in order.
+
+    Parsed leniently, as servers do (split on ``;``, then on the first ``=``): a strict parser
+    such as ``http.cookies`` drops a whole header over one value it dislikes (JSON, a space),
+    which would make a victim's credentials look like none at all.
+    """
     if not names:
         return []
-    found: list[tuple[str, str]] = []
     wanted = set(names)
+    found: list[tuple[str, str]] = []
     for name, value in headers:
         if name.lower() != "cookie":
             continue
-        jar: SimpleCookie = SimpleCookie()
-        try:
-            jar.load(value)
-        except CookieError:
-            # Unparseable cookies still count, whole, so they cannot pose as "no cookie".
-            found.append(("cookie", value))
-            continue
-        found.extend((key, jar[key].value) for key in sorted(jar) if key in wanted)
-    return found
+        for pair in value.split(";"):
+            key, sep, cookie = pair.strip().partition("=")
+            if sep and key.strip() in wanted:
+                found.append((key.strip(), cookie.strip()))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _expiry(value: object) -> float | None:
+    """A JWT's ``exp`` as Unix seconds, read as PyJWT reads it (``int(exp)``).
+
+    None when absent; ``0.0`` (long expired: the upstream is asked) when present but not a
+    usable number (a string of letters, NaN, infinity, beyond 2**53).
+    """
+    if value is None:
+        return None
+    try:
+        exp = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return float(exp) if abs(exp) < _MAX_EXACT else 0.0
 
 
 class CredentialReader:
@@ -201,52 +222,63 @@ class CredentialReader:
         """The trusted principal header (lower case), dropped from untrusted requests."""
         return self._principal_header
 
-    def presented(self, headers: Sequence[tuple[str, str]], *, trusted_peer: bool) -> Presented:
-        """The credentials *headers* present.
+    def presented(
+        self, headers: Sequence[tuple[str, str]], *, trusted_peer: bool, query: str = ""
+    ) -> Presented:
+        """The credentials *headers* (and the MCP endpoint's *query* string) present.
 
         Args:
             headers: the client request's headers, in order.
             trusted_peer: the request comes from ``server.trusted_proxies`` (only then does the
-                principal header count).
+                principal header count; sent more than once, it counts not at all).
+            query: the raw query string of a request to the MCP endpoint (``access_token=``).
         """
         material: list[tuple[str, str]] = [
             (name.lower(), value) for name, value in headers if name.lower() in self._headers
         ]
         material.extend(_cookies(headers, self._settings.credential_cookies))
+        if query:
+            material.append(("?", query))
         digest = _hmac(
             self._key, b"credentials", json.dumps(material, separators=(",", ":")).encode()
         )
+        anonymous = not material
         if self._principal_header is not None and trusted_peer:
-            identity = next(
-                (v for n, v in headers if n.lower() == self._principal_header and v), None
-            )
-            if identity is not None:
+            identities = [v for n, v in headers if n.lower() == self._principal_header and v]
+            if len(identities) > 1:
+                # A proxy that appends instead of replacing left the client's own copy in.
+                return Presented(digest, anonymous=anonymous)
+            if identities:
                 return Presented(
                     digest,
-                    principal=self._principal_digest("header", identity),
+                    anonymous=anonymous,
+                    principal=self._principal_digest("header", identities[0]),
                     principal_verified=True,
                 )
         token = _bearer_token(headers)
         claims = _jwt_claims(token) if token else None
         if claims is None:
-            return Presented(digest)
+            return Presented(digest, anonymous=anonymous)
         verified = self._verified(token) if token and self._jwks is not None else False
-        iss, sub, exp = claims.get("iss"), claims.get("sub"), claims.get("exp")
+        iss, sub = claims.get("iss"), claims.get("sub")
         principal = (
-            self._principal_digest("jwt", f"{iss}\0{sub}")
+            self._principal_digest("jwt", json.dumps([iss, sub]))
             if isinstance(sub, str) and sub and (iss is None or isinstance(iss, str))
             else None
         )
         return Presented(
             digest,
+            anonymous=anonymous,
             principal=principal,
             principal_verified=verified and principal is not None,
             is_jwt=True,
-            expires_at=float(exp) if isinstance(exp, int | float) else None,
+            expires_at=_expiry(claims.get("exp")),
         )
 
     def _principal_digest(self, source: str, identity: str) -> str:
-        return _hmac(self._key, b"principal:" + source.encode(), identity.encode())
+        return _hmac(
+            self._key, b"principal:" + source.encode(), identity.encode("utf-8", "surrogatepass")
+        )
 
     def _verified(self, token: str) -> bool:
         """Whether *token*'s signature, ``exp`` and ``aud`` check out with ``auth.jwks_file``.
@@ -302,8 +334,15 @@ def load_jwks(settings: AuthSettings) -> jwt.PyJWKSet | None:
 
 
 def is_exact(binding: Binding | None, presented: Presented) -> bool:
-    """Whether *presented* are the creator's exact credentials (compared in constant time)."""
-    return binding is not None and hmac.compare_digest(binding.credentials, presented.digest)
+    """Whether *presented* are the creator's exact credentials (compared in constant time).
+
+    Never for anonymous credentials: a request carrying none is anybody's.
+    """
+    return (
+        binding is not None
+        and not presented.anonymous
+        and hmac.compare_digest(binding.credentials, presented.digest)
+    )
 
 
 def same_principal(binding: Binding | None, presented: Presented) -> bool:
@@ -317,12 +356,18 @@ def same_principal(binding: Binding | None, presented: Presented) -> bool:
 
 
 def is_creator(binding: Binding | None, presented: Presented) -> bool:
-    """Whether *presented* belong to the record's creator: same credentials or same principal.
+    """Whether *presented* belong to the record's creator (credentials or verified principal).
 
-    Only the creator may make the gateway forget a session on the upstream's 404 (a DELETE or
-    a probe answered 404), so another user cannot end a victim's session.
+    Same credentials, or the same *verified* principal (a trusted proxy's header, a JWT
+    verified with ``auth.jwks_file``). Only the creator may make the gateway forget a session
+    on the upstream's 404 (a DELETE or a probe answered 404), so another user cannot end a
+    victim's session. Unverified JWT
+    claims do not count here: an upstream that authenticates by another credential would
+    answer 404 to a forged token naming the victim.
     """
-    return is_exact(binding, presented) or same_principal(binding, presented)
+    return is_exact(binding, presented) or (
+        presented.principal_verified and same_principal(binding, presented)
+    )
 
 
 def decide(  # noqa: PLR0911 - one return per rule, in the order they apply
@@ -390,6 +435,21 @@ def accept_after_probe(
     if presented.principal is not None and not same_principal(binding, presented):
         return Decision(Verdict.REFUSE, "principal_mismatch")
     return Decision(Verdict.SERVE, "probed")
+
+
+def probe_token_only(settings: AuthSettings, presented: Presented) -> bool:
+    """Whether a probe must carry the bearer token alone (no cookie, no other header).
+
+    In principal mode an unverified JWT's identity counts once the upstream accepted *that
+    token*; a probe carrying other credentials too (an API key the upstream authenticates by)
+    would prove nothing about it.
+    """
+    return (
+        settings.resume == "principal"
+        and presented.is_jwt
+        and presented.principal is not None
+        and not presented.principal_verified
+    )
 
 
 def cache_until(settings: AuthSettings, presented: Presented, now: float) -> float:

@@ -48,6 +48,10 @@ _DROP_UPSTREAM = frozenset(
     }
 )
 _DROP_UPSTREAM_MCP = frozenset({"last-event-id", "accept-encoding"})
+#: End-to-end headers a client's ``Connection`` tokens cannot make hop-by-hop.
+_NEVER_HOP_BY_HOP = frozenset(
+    {"authorization", "cookie", "mcp-session-id", "mcp-protocol-version", "host"}
+)
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -86,10 +90,23 @@ def upstream_request_headers(
         End-to-end headers (``Authorization``, ``Cookie``, ``Mcp-*``, ``traceparent`` …) in order,
         plus ``X-Forwarded-For/Proto/Host``.
     """
-    drop = HOP_BY_HOP | _DROP_UPSTREAM | _connection_tokens(incoming) | drop_names
+    # A client's Connection tokens never strip what the gateway itself acts on: the upstream
+    # must see the credentials and session the gateway authorized and bound.
+    drop = (
+        HOP_BY_HOP
+        | _DROP_UPSTREAM
+        | (_connection_tokens(incoming) - _NEVER_HOP_BY_HOP)
+        | drop_names
+    )
     if mcp_endpoint:
         drop = drop | _DROP_UPSTREAM_MCP
-    out: Headers = [(name, value) for name, value in incoming if name.lower() not in drop]
+    out: Headers = [
+        (name, value)
+        for name, value in incoming
+        if name.lower() not in drop
+        # "X_Auth_User" is "X-Auth-User" to CGI/WSGI upstreams (HTTP_X_AUTH_USER).
+        and name.lower().replace("_", "-") not in drop_names
+    ]
     forwarded_for = [v for n, v in incoming if n.lower() == "x-forwarded-for"]
     forwarded_proto = next((v for n, v in incoming if n.lower() == "x-forwarded-proto"), None)
     forwarded_host = next((v for n, v in incoming if n.lower() == "x-forwarded-host"), None)

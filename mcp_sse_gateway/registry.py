@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import structlog
@@ -43,6 +43,16 @@ class Attachment:
                 self._task.cancel(reason)
 
 
+class _SessionLock:
+    """A session's standalone lock and how many tasks hold or await it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class Registry:
     """Tracks background tasks and the attachment of each stream, for one app."""
 
@@ -53,7 +63,7 @@ class Registry:
         #: The newest client GET of each session: its headers (credentials) re-open the
         #: upstream GET, so a refreshed token is used from the next re-open on.
         self.standalone_calls: dict[str, Any] = {}
-        self._standalone_locks: dict[str, asyncio.Lock] = {}
+        self._standalone_locks: dict[str, _SessionLock] = {}
         #: Streams whose pump lost the store mid-stream: their events from then on, for the
         #: attached connection (``(session digest, life)`` → LocalFeed; see mcp_sse_gateway.feed).
         self.feeds: dict[tuple[str, str], Any] = {}
@@ -76,19 +86,34 @@ class Registry:
         if not task.cancelled() and task.exception() is not None:
             log.error("task.failed", task=task.get_name(), error=repr(task.exception()))
 
-    def standalone_lock(self, session_key: str) -> asyncio.Lock:
-        """The lock serialising the start of *session_key*'s standalone pump (one per session)."""
-        lock = self._standalone_locks.get(session_key)
-        if lock is None:
-            lock = self._standalone_locks[session_key] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def standalone_lock(self, session_key: str) -> AsyncIterator[None]:
+        """Hold the lock serialising the start of *session_key*'s standalone pump.
+
+        One lock per session, kept only while someone holds or awaits it or a pump runs: the
+        table stays bounded by the live standalone pumps (GETs with ever new session ids,
+        refused, leave nothing behind).
+        """
+        entry = self._standalone_locks.get(session_key)
+        if entry is None:
+            entry = self._standalone_locks[session_key] = _SessionLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            self._prune_lock(session_key)
+
+    def _prune_lock(self, session_key: str) -> None:
+        entry = self._standalone_locks.get(session_key)
+        if entry is not None and entry.users == 0 and session_key not in self.standalone:
+            del self._standalone_locks[session_key]
 
     def forget_standalone(self, session_key: str) -> None:
         """Drop what is kept for a session's standalone stream once its pump has stopped."""
         self.standalone_calls.pop(session_key, None)
-        lock = self._standalone_locks.get(session_key)
-        if lock is not None and not lock.locked():
-            del self._standalone_locks[session_key]
+        self._prune_lock(session_key)
 
     def attach(self, key: tuple[str, str]) -> Attachment:
         """Record the current task as the reader of stream *key*, replacing the older one."""

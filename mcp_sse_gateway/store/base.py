@@ -127,11 +127,14 @@ class EventStore(Protocol):
         pending: Sequence[str] = (),
         start_after: int = 0,
         auth: str = "",
+        creator: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
         *auth* is the encoded binding of the creating request's credentials, read back in
-        :attr:`StreamInfo.auth`.
+        :attr:`StreamInfo.auth`. *creator* is their digest: to make room, a new stream evicts
+        only finished streams of the same *creator* (any, when ``""``), so a request nobody
+        has authorized yet cannot push another user's stored answers out.
 
         *pending* are the SSE datas (JSON-RPC error responses, one per request id still waiting
         for its response) that :meth:`end_orphaned` appends if the owner dies first. The first
@@ -140,7 +143,8 @@ class EventStore(Protocol):
         gets :class:`~mcp_sse_gateway.errors.CursorGone`, never events it did not miss.
 
         Raises:
-            StoreLimitExceeded: the session holds ``max_streams_per_session`` unfinished streams.
+            StoreLimitExceeded: the session holds ``max_streams_per_session`` streams none of
+                which is a finished one this creator may evict.
         """
 
     async def append(

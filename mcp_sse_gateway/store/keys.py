@@ -4,10 +4,13 @@ All names start with the configured ``key_prefix``. The keys of one session shar
 the session digest in braces, so a Lua script may touch several of them in Redis Cluster (one
 slot)::
 
-    <prefix>:{<digest>}:session          hash    protocol version ``v``, tombstone flag ``d``
+    <prefix>:{<digest>}:session          hash    protocol version ``v``, tombstone flag ``d``,
+                                                 creator binding ``a``
     <prefix>:{<digest>}:streams          list    stream lives of the session, oldest first
     <prefix>:{<digest>}:fresh            string  set while the session's TTLs were refreshed lately
-    <prefix>:{<digest>}:meta:<life>      hash    ``kind``, ``owner``, ``last``, ``fin`` (0/1)
+    <prefix>:{<digest>}:meta:<life>      hash    ``kind``, ``owner``, ``last``, ``fin`` (0/1),
+                                                 creator ``auth`` binding and ``creator``
+                                                 credential digest (keyed; DESIGN D8)
     <prefix>:{<digest>}:stream:<life>    stream  the events, entry id ``0-<offset>``
     <prefix>:replica:<replica id>        string  a replica's heartbeat (one key per replica)
     <prefix>:wake                        channel wake-up messages ``<digest> <life>``

@@ -72,6 +72,7 @@ class _Stream:
     #: Error datas for the requests still waiting for their response (see end_orphaned).
     pending: tuple[str, ...] = ()
     auth: str = ""
+    creator: str = ""
 
     def info(self) -> StreamInfo:
         return StreamInfo(
@@ -258,6 +259,7 @@ class MemoryStore:
         pending: Sequence[str] = (),
         start_after: int = 0,
         auth: str = "",
+        creator: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -270,7 +272,14 @@ class MemoryStore:
         key = session_digest(session_id)
         streams = self._streams.setdefault(key, OrderedDict())
         while len(streams) >= self._max_streams:
-            oldest_finished = next((life for life, s in streams.items() if s.finished), None)
+            oldest_finished = next(
+                (
+                    life
+                    for life, s in streams.items()
+                    if s.finished and (not creator or s.creator == creator)
+                ),
+                None,
+            )
             if oldest_finished is None:
                 log.warning("store.streams_per_session_limit", limit=self._max_streams)
                 raise StoreLimitExceeded("too many open streams in this session")
@@ -284,6 +293,7 @@ class MemoryStore:
             first_offset=start_after + 1,
             last_offset=start_after,
             auth=auth,
+            creator=creator,
         )
         self._stream_touched[key] = now
 

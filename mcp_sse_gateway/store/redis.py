@@ -318,7 +318,8 @@ return 1
 
 # KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] kind, ARGV[9] owner,
 # ARGV[10] max streams per session, ARGV[11] pending error datas (LF-joined; JSON has no raw LF),
-# ARGV[12] the offset the stream starts after, ARGV[13] the creator's binding (keyed digests).
+# ARGV[12] the offset the stream starts after, ARGV[13] the creator's binding (keyed digests),
+# ARGV[14] the creator's credential digest ('' : may evict any finished stream).
 # -> 1 created, 0 limit reached
 _LUA_CREATE = """
 local life = ARGV[7]
@@ -327,18 +328,18 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local live = {}
 for _, l in ipairs(redis.call('LRANGE', INDEX, 0, -1)) do
-  local fin = redis.call('HGET', META_PREFIX .. l, 'fin')
-  if not fin then
+  local m = redis.call('HMGET', META_PREFIX .. l, 'fin', 'creator')
+  if not m[1] then
     redis.call('LREM', INDEX, 0, l)
   else
-    table.insert(live, {l, fin})
+    table.insert(live, {l, m[1], m[2] or ''})
   end
 end
 local count, i = #live, 1
 while count >= tonumber(ARGV[10]) do
   local victim = nil
   while i <= #live and not victim do
-    if live[i][2] == '1' then
+    if live[i][2] == '1' and (ARGV[14] == '' or live[i][3] == ARGV[14]) then
       victim = live[i][1]
     end
     i = i + 1
@@ -350,7 +351,7 @@ while count >= tonumber(ARGV[10]) do
   count = count - 1
 end
 redis.call('HSET', KEYS[3], 'kind', ARGV[8], 'owner', ARGV[9], 'last', ARGV[12],
-  'base', ARGV[12], 'fin', '0', 'pend', ARGV[11], 'auth', ARGV[13])
+  'base', ARGV[12], 'fin', '0', 'pend', ARGV[11], 'auth', ARGV[13], 'creator', ARGV[14])
 redis.call('PEXPIRE', KEYS[3], KEEP_MS)
 redis.call('RPUSH', INDEX, life)
 touch_session()
@@ -943,6 +944,7 @@ class RedisStore:
         pending: Sequence[str] = (),
         start_after: int = 0,
         auth: str = "",
+        creator: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -956,10 +958,13 @@ class RedisStore:
             start_after: the first event gets offset ``start_after + 1`` (a re-created stream
                 life starts after every offset its earlier incarnation used).
             auth: the encoded binding of the creating request's credentials (no secret).
+            creator: their digest: only finished streams of the same creator are evicted to
+                make room (any, when ``""``).
 
         Raises:
             StoreLimitExceeded: the session already holds ``max_streams_per_session``
-                unfinished streams (finished ones are evicted to make room first, oldest first).
+                streams and none is a finished one of this creator (those are evicted to make
+                room first, oldest first).
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
@@ -968,7 +973,16 @@ class RedisStore:
                 "create",
                 keys,
                 [keys.meta(life), keys.stream(life)],
-                [life, kind, owner, self._max_streams, _join_datas(pending), start_after, auth],
+                [
+                    life,
+                    kind,
+                    owner,
+                    self._max_streams,
+                    _join_datas(pending),
+                    start_after,
+                    auth,
+                    creator,
+                ],
             )
         if not created:
             log.warning("store.streams_per_session_limit", limit=self._max_streams)

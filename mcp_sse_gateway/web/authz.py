@@ -8,16 +8,18 @@ JSON-RPC ``ping`` in the session with the request's own headers (its credentials
 ======================================  ==================================================
 upstream answer                         the client gets
 ======================================  ==================================================
-2xx (a JSON-RPC error body too)         served (after the principal rules), cached
+2xx with the JSON-RPC response to the   served (after the principal rules), cached
+ping (a result or an error)
 401, 403, 404, 429                      that answer verbatim (``WWW-Authenticate`` too);
                                         a 404 to the creator also tombstones the session
 5xx, timeout, unreachable               503 + ``Retry-After``
-anything else                           403
+anything else (a 2xx without that       403
+response: a sign-in page, a 202)
 ======================================  ==================================================
 
-Concurrent probes of the same session and credentials share one request. A 2xx answer's body
-is not read; a refusal's (at most :data:`PROBE_MAX_BODY_BYTES`) is relayed with it, never
-stored.
+Concurrent probes of the same session and credentials share one request. A 2xx body is read
+until the ping's response and a refusal's is relayed with it, each at most
+:data:`PROBE_MAX_BODY_BYTES`; neither is ever stored.
 """
 
 from __future__ import annotations
@@ -37,9 +39,16 @@ from aiohttp import web
 
 from mcp_sse_gateway import auth, jsonrpc
 from mcp_sse_gateway.config import AuthSettings, Settings
-from mcp_sse_gateway.errors import AuthUnavailable, ResumeForbidden, StoreError, UpstreamError
+from mcp_sse_gateway.errors import (
+    AuthUnavailable,
+    ResumeForbidden,
+    SSEError,
+    StoreError,
+    UpstreamError,
+)
 from mcp_sse_gateway.headers import client_response_headers, peer_trusted
 from mcp_sse_gateway.metrics import Metrics
+from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.store.base import EventStore, session_digest
 from mcp_sse_gateway.web.upstream import open_upstream
 
@@ -67,19 +76,22 @@ class ProbeAnswer:
         headers: its headers (end-to-end only), in order.
         body: up to :data:`PROBE_MAX_BODY_BYTES` of its body.
         complete: *body* is the whole body.
+        answered: a 2xx carried the JSON-RPC response to the probe's ping.
     """
 
     status: int | None
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
     complete: bool = True
+    answered: bool = False
 
 
-def probe_request(session_id: str, protocol_version: str | None) -> tuple[bytes, dict[str, str]]:
-    """The body and gateway-set headers of one probe: a JSON-RPC ``ping`` in the session."""
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": PROBE_ID_PREFIX + secrets.token_hex(8), "method": "ping"}
-    ).encode()
+def probe_request(
+    session_id: str, protocol_version: str | None
+) -> tuple[str, bytes, dict[str, str]]:
+    """The JSON-RPC id, body and gateway-set headers of one probe: a ``ping`` in the session."""
+    probe_id = PROBE_ID_PREFIX + secrets.token_hex(8)
+    body = json.dumps({"jsonrpc": "2.0", "id": probe_id, "method": "ping"}).encode()
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
@@ -87,7 +99,16 @@ def probe_request(session_id: str, protocol_version: str | None) -> tuple[bytes,
     }
     if protocol_version:
         headers["MCP-Protocol-Version"] = protocol_version
-    return body, headers
+    return probe_id, body, headers
+
+
+def _token_only(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Of a request's upstream headers, those a token-only probe keeps.
+
+    See :func:`mcp_sse_gateway.auth.probe_token_only`.
+    """
+    keep = {"authorization", "mcp-protocol-version", "traceparent", "tracestate"}
+    return [(n, v) for n, v in headers if n.lower() in keep]
 
 
 class Authorizer:
@@ -109,19 +130,33 @@ class Authorizer:
         self._cache: collections.OrderedDict[tuple[str, str, str], float] = (
             collections.OrderedDict()
         )
-        self._inflight: dict[tuple[str, str], asyncio.Task[ProbeAnswer]] = {}
+        self._inflight: dict[tuple[str, ...], asyncio.Task[ProbeAnswer]] = {}
+        self._warned_anonymous = False
         self.client: aiohttp.ClientSession | None = None
 
     def presented(self, request: web.Request) -> auth.Presented:
-        """The credentials *request* presents."""
+        """The credentials *request* (to the MCP endpoint) presents, its query string included."""
         trusted = peer_trusted(request.remote, self._settings.server.trusted_proxies)
-        return self.reader.presented(list(request.headers.items()), trusted_peer=trusted)
+        return self.reader.presented(
+            list(request.headers.items()),
+            trusted_peer=trusted,
+            query=request.rel_url.raw_query_string,
+        )
 
-    def binding(self, request: web.Request) -> str:
-        """The encoded binding of a record *request* creates (its credentials, accepted now)."""
+    def binding(self, request: web.Request) -> tuple[str, str]:
+        """What a record *request* creates keeps of its credentials.
+
+        Returns:
+            The encoded binding (its credentials, accepted now) and the ``creator`` whose
+            finished streams a new stream may evict (the verified principal, else the
+            credentials' digest); both ``""`` when authorization is off.
+        """
         if self._auth.resume == "none":
-            return ""
-        return self.presented(request).binding().encode()
+            return "", ""
+        presented = self.presented(request)
+        # A verified principal outlives its tokens: a refreshed one may evict its own streams.
+        creator = presented.principal if presented.principal_verified else None
+        return presented.binding().encode(), creator or presented.digest
 
     def may_end_session(self, binding: str, request: web.Request) -> bool:
         """Whether *request* may make the gateway forget the session on an upstream 404."""
@@ -173,22 +208,40 @@ class Authorizer:
         if decision.verdict is auth.Verdict.REFUSE:
             self._refused(decision.reason)
             raise ResumeForbidden
-        answer = await self._shared_probe(probe_key, session_id, url, headers, protocol_version)
-        outcome = _outcome(answer.status)
+        if presented.anonymous and not self._warned_anonymous:
+            self._warned_anonymous = True
+            log.warning(
+                "auth.anonymous_resume",
+                hint="a request without credentials is checked with the upstream every time; "
+                "name the upstream's credentials in auth.credential_headers or "
+                "auth.credential_cookies, or set auth.resume = 'none' for an upstream "
+                "without authorization",
+            )
+        token_only = auth.probe_token_only(self._auth, presented)
+        answer = await self._shared_probe(
+            (*probe_key, "token" if token_only else "all"),
+            session_id,
+            url,
+            _token_only(headers) if token_only else headers,
+            protocol_version,
+        )
+        outcome = _outcome(answer)
         self._metrics.auth_probes.labels(outcome).inc()
         log.info("auth.probed", outcome=outcome, status=answer.status)
-        if answer.status is not None and 200 <= answer.status < 300:  # noqa: PLR2004
+        if outcome == "ok":
             after = auth.accept_after_probe(self._auth, stored, presented)
             if after.verdict is not auth.Verdict.SERVE:
                 self._refused(after.reason)
                 raise ResumeForbidden
-            self._remember(cache_key, auth.cache_until(self._auth, presented, now))
+            if not presented.anonymous:
+                self._remember(cache_key, auth.cache_until(self._auth, presented, now))
             self._metrics.auth_served.labels("probed").inc()
             return None
         if answer.status is None or answer.status >= HTTPStatus.INTERNAL_SERVER_ERROR:
             self._refused("upstream_unavailable")
             raise AuthUnavailable
         if answer.status not in RELAYED_REFUSALS:
+            # A 2xx that is no JSON-RPC answer to the ping (a sign-in page, a 202), a 3xx …
             self._refused("upstream_other")
             raise ResumeForbidden
         self._refused(f"upstream_{answer.status}")
@@ -219,7 +272,7 @@ class Authorizer:
 
     async def _shared_probe(
         self,
-        key: tuple[str, str],
+        key: tuple[str, ...],
         session_id: str,
         url: object,
         headers: list[tuple[str, str]],
@@ -240,7 +293,7 @@ class Authorizer:
         await asyncio.wait({task})
         return task.result()
 
-    def _forget(self, key: tuple[str, str], task: asyncio.Task[ProbeAnswer]) -> None:
+    def _forget(self, key: tuple[str, ...], task: asyncio.Task[ProbeAnswer]) -> None:
         if self._inflight.get(key) is task:
             del self._inflight[key]
 
@@ -252,7 +305,7 @@ class Authorizer:
         protocol_version: str | None,
     ) -> ProbeAnswer:
         assert self.client is not None, "the upstream client is set at start-up"
-        body, own = probe_request(session_id, None)
+        probe_id, body, own = probe_request(session_id, None)
         forwarded = [(n, v) for n, v in headers if n.lower() not in _NOT_FORWARDED]
         if protocol_version and not any(n.lower() == "mcp-protocol-version" for n, _ in forwarded):
             own["MCP-Protocol-Version"] = protocol_version
@@ -275,9 +328,10 @@ class Authorizer:
                     return ProbeAnswer(None)
                 async with response:
                     if 200 <= response.status < 300:  # noqa: PLR2004
-                        # The status is the answer: the body (the ping's result, perhaps on an
-                        # event stream an upstream keeps open) is not read.
-                        return ProbeAnswer(response.status)
+                        # A 2xx counts only with the JSON-RPC answer to this ping in it (a
+                        # result or an error): a sign-in page served with 200 is no consent.
+                        answered = await _answers(response, probe_id)
+                        return ProbeAnswer(response.status, answered=answered)
                     relayed = client_response_headers(
                         list(response.headers.items()), keep_length=False
                     )
@@ -316,15 +370,55 @@ async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> tuple[b
     return b"".join(chunks), True
 
 
-def _outcome(status: int | None) -> str:
+def _outcome(answer: ProbeAnswer) -> str:
     """The probe outcome label: ``ok``, ``401`` … (relayed refusals), ``unavailable``, ``other``."""
+    status = answer.status
     if status is None or status >= HTTPStatus.INTERNAL_SERVER_ERROR:
         return "unavailable"
-    if 200 <= status < 300:  # noqa: PLR2004
+    if 200 <= status < 300 and answer.answered:  # noqa: PLR2004
         return "ok"
     if status in RELAYED_REFUSALS:
         return str(status)
     return "other"
+
+
+def _is_answer(data: bytes | str, probe_id: str) -> bool:
+    """Whether *data* is JSON holding the JSON-RPC response (result or error) to *probe_id*."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    messages = message if isinstance(message, list) else [message]
+    return any(
+        isinstance(m, dict) and m.get("id") == probe_id and ("result" in m or "error" in m)
+        for m in messages
+    )
+
+
+async def _answers(response: aiohttp.ClientResponse, probe_id: str) -> bool:
+    """Whether *response* (a 2xx) carries the JSON-RPC response to the ping *probe_id*.
+
+    JSON is read whole (at most :data:`PROBE_MAX_BODY_BYTES`); an event stream is read until
+    that response (the same bound), so an upstream that keeps it open costs nothing more.
+    """
+    if response.content_type == "application/json":
+        body, complete = await _read_bounded(response, PROBE_MAX_BODY_BYTES)
+        return complete and _is_answer(body, probe_id)
+    if response.content_type != "text/event-stream":
+        return False
+    decoder = SSEDecoder(max_event_bytes=PROBE_MAX_BODY_BYTES)
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        try:
+            events = [] if size > PROBE_MAX_BODY_BYTES else decoder.feed(chunk)
+        except SSEError:
+            return False
+        if size > PROBE_MAX_BODY_BYTES:
+            return False
+        if any(e.data and probe_id in e.data and _is_answer(e.data, probe_id) for e in events):
+            return True
+    return False
 
 
 def _refusal(answer: ProbeAnswer) -> web.Response:
@@ -337,7 +431,9 @@ def _refusal(answer: ProbeAnswer) -> web.Response:
     headers = answer.headers
     body = answer.body
     if not answer.complete:
-        headers = [(n, v) for n, v in headers if n.lower() not in {"content-type"}]
+        headers = [
+            (n, v) for n, v in headers if n.lower() not in {"content-type", "content-encoding"}
+        ]
         headers.append(("Content-Type", "application/json"))
         body = json.dumps(
             jsonrpc.error_response(None, -32600, HTTPStatus(answer.status).phrase)

@@ -79,11 +79,14 @@ class UpstreamCall:
         headers: the headers to send (the client's credentials among them).
         auth: the encoded binding of those credentials, kept on the records the request
             creates (``""`` when authorization is off).
+        creator: their keyed digest: a stream the request creates evicts only finished
+            streams of the same creator (``""``: any).
     """
 
     url: Any
     headers: list[tuple[str, str]]
     auth: str = ""
+    creator: str = ""
 
 
 def standalone_life(session_id: str) -> str:
@@ -202,9 +205,7 @@ class ManagedStreams:
         """
         self._check_pump_capacity()
         life = (
-            await self._new_request_stream(session_id, request_ids, call.auth)
-            if request_ids
-            else None
+            await self._new_request_stream(session_id, request_ids, call) if request_ids else None
         )
         opened: asyncio.Future[tuple[aiohttp.ClientResponse, str | None]] = (
             asyncio.get_running_loop().create_future()
@@ -259,12 +260,12 @@ class ManagedStreams:
             raise GatewayBusy
 
     async def _new_request_stream(
-        self, session_id: str, request_ids: list[jsonrpc.JSONRPCId], auth: str
+        self, session_id: str, request_ids: list[jsonrpc.JSONRPCId], call: UpstreamCall
     ) -> str:
         """Create a request stream life owned by this replica and return it.
 
-        Its pending errors are those of *request_ids* (see ``EventStore.end_orphaned``); *auth*
-        binds it to the credentials of the POST that creates it (DESIGN D8).
+        Its pending errors are those of *request_ids* (see ``EventStore.end_orphaned``); it is
+        bound to the credentials of the POST (*call*) that creates it (DESIGN D8).
 
         Raises:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
@@ -276,7 +277,8 @@ class ManagedStreams:
             kind="request",
             owner=self._app[REPLICA_ID],
             pending=pending_errors(request_ids),
-            auth=auth,
+            auth=call.auth,
+            creator=call.creator,
         )
         return life
 
@@ -299,7 +301,7 @@ class ManagedStreams:
                 return
             if life is None:
                 # An event stream answering only notifications or responses: unusual, kept.
-                life = await self._new_request_stream(session_id, request_ids, call.auth)
+                life = await self._new_request_stream(session_id, request_ids, call)
         except BaseException as exc:
             if life is not None:
                 with contextlib.suppress(StoreError, StreamError):
@@ -534,35 +536,65 @@ class ManagedStreams:
         client GET joining the open one is authorized (D8) before its headers become the ones
         that re-open the upstream GET.
         """
+        if call is None:
+            return None
         key = session_digest(session_id)
-        async with self.registry.standalone_lock(key):
-            running = self.registry.standalone.get(key)
-            if call is None:
-                return None
-            life = standalone_life(session_id)
-            if running is not None and not running.done():
-                info = await self.store.stream_info(session_id, life)
-                refused = await self._authorize(request, session_id, info, call, record)
-                if refused is None:
-                    self.registry.standalone_calls[key] = call
+        life = standalone_life(session_id)
+        authorized = False
+        if self._standalone_running(key):
+            # Authorized before the session's lock: a flood of refused GETs must not queue the
+            # creator's own behind their probes.
+            refused = await self._authorize_join(request, session_id, life, call, record)
+            if refused is not None:
                 return refused
-            self._check_pump_capacity()
-            response = await self._open("GET", call, None)
-            if not _is_event_stream(response):
-                async with response:
-                    return await relay_response(request, response)
-            self.registry.standalone_calls[key] = call
-            if await self.store.get_session(session_id, refresh=False) is None:
-                # A session the gateway has no record of (it predates this gateway, or its
-                # record expired) but the upstream accepts: keep a record of unknown version, so
-                # the stream's idle timeout applies to it like to any other session (D2, D5).
-                await self.store.record_session(session_id, "", auth=call.auth)
-            info = await self.store.stream_info(session_id, life)
-            if info is None:
-                await self._create_standalone(session_id, life, call.auth)
-            self.registry.standalone[key] = self.registry.spawn(
-                self._standalone_pump(session_id, life, call, response), name="standalone.pump"
-            )
+            authorized = True
+        async with self.registry.standalone_lock(key):
+            if self._standalone_running(key):
+                if not authorized:  # it started while this request waited for the lock
+                    refused = await self._authorize_join(request, session_id, life, call, record)
+                    if refused is not None:
+                        return refused
+                self.registry.standalone_calls[key] = call
+                return None
+            return await self._open_standalone(request, session_id, life, call)
+
+    def _standalone_running(self, key: str) -> bool:
+        running = self.registry.standalone.get(key)
+        return running is not None and not running.done()
+
+    async def _authorize_join(
+        self,
+        request: web.Request,
+        session_id: str,
+        life: str,
+        call: UpstreamCall,
+        record: SessionRecord | None,
+    ) -> web.StreamResponse | None:
+        info = await self.store.stream_info(session_id, life)
+        return await self._authorize(request, session_id, info, call, record)
+
+    async def _open_standalone(
+        self, request: web.Request, session_id: str, life: str, call: UpstreamCall
+    ) -> web.StreamResponse | None:
+        """Open the session's upstream GET with *call* and start its pump (under the lock)."""
+        key = session_digest(session_id)
+        self._check_pump_capacity()
+        response = await self._open("GET", call, None)
+        if not _is_event_stream(response):
+            async with response:
+                return await relay_response(request, response)
+        self.registry.standalone_calls[key] = call
+        if await self.store.get_session(session_id, refresh=False) is None:
+            # A session the gateway has no record of (it predates this gateway, or its
+            # record expired) but the upstream accepts: keep a record of unknown version, so
+            # the stream's idle timeout applies to it like to any other session (D2, D5).
+            await self.store.record_session(session_id, "", auth=call.auth)
+        info = await self.store.stream_info(session_id, life)
+        if info is None:
+            await self._create_standalone(session_id, life, call.auth)
+        self.registry.standalone[key] = self.registry.spawn(
+            self._standalone_pump(session_id, life, call, response), name="standalone.pump"
+        )
         return None
 
     async def _standalone_pump(

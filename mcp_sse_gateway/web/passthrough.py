@@ -58,7 +58,7 @@ async def _record_initialize(
         return
     try:
         await request.app[STORE].record_session(
-            session_id, version, auth=request.app[AUTHORIZER].binding(request)
+            session_id, version, auth=request.app[AUTHORIZER].binding(request)[0]
         )
     except StoreError:
         # The session still works; it is treated as one the gateway has no record of (D2).

@@ -107,7 +107,7 @@ def _forward_headers(
         host=request.headers.get("Host"),
         trusted_peer=trusted,
         # Only a trusted proxy may assert who the client is; anyone else's claim is dropped.
-        drop_names=frozenset({principal_header})
+        drop_names=frozenset({principal_header, principal_header.replace("_", "-")})
         if principal_header and not trusted
         else frozenset(),
     )
@@ -166,10 +166,12 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
         era = era_for(session_id, record.protocol_version if record else None)
     body = await read_body(request, settings.server.max_body_bytes, settings.server.body_timeout_s)
     authorizer = request.app[AUTHORIZER]
+    binding, creator = authorizer.binding(request) if session_id is not None else ("", "")
     call = UpstreamCall(
         upstream_url_for(request, settings, mcp=True),
         _forward_headers(request, settings, mcp=True),
-        auth=authorizer.binding(request) if session_id is not None else "",
+        auth=binding,
+        creator=creator,
     )
     managed = ManagedStreams(request.app)
     if session_id is not None and era.resumable:
@@ -215,7 +217,9 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
             request.method == "DELETE"
             and session_id
             and (
-                response.ok
+                # 2xx only: aiohttp's ``ok`` is any status below 400, and a front that redirects
+                # unauthenticated requests (SSO) answers a stranger's DELETE with 302.
+                HTTPStatus.OK <= response.status < HTTPStatus.MULTIPLE_CHOICES
                 or (
                     response.status == HTTPStatus.NOT_FOUND
                     and record is not None

@@ -8,8 +8,9 @@ every example:
 * it never crashes (``/healthz`` answers after every example) and never echoes the input;
 * once the upstream requests have ended, its task count returns to the baseline.
 
-Seeded (``derandomize``): the same cases every run. ``GATEWAY_FUZZ_EXAMPLES`` sets the cases per
-input: 200 in ``.ci/run``; the deep profile is ``GATEWAY_FUZZ_EXAMPLES=10000 .ci/run -k fuzz``.
+Seeded (:data:`FUZZ_SEED`, ``GATEWAY_FUZZ_SEED`` to vary): the same cases every run.
+``GATEWAY_FUZZ_EXAMPLES`` sets the cases per input: 200 in ``.ci/run``; the deep profile is
+``GATEWAY_FUZZ_EXAMPLES=10000 SKIP_INSTALL=1 .ci/run -k fuzz``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from mcp_sse_gateway.web.keys import REGISTRY
@@ -38,9 +39,10 @@ DOCUMENTED_5XX = {502, 503}
 
 pytestmark = pytest.mark.timeout(max(120, FUZZ_EXAMPLES * 0.1))
 
+#: The seed of every fuzz test: the same cases every run (``GATEWAY_FUZZ_SEED`` to vary).
+FUZZ_SEED = int(os.environ.get("GATEWAY_FUZZ_SEED", "20261201"))
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
-    derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     database=None,
@@ -63,11 +65,17 @@ _VOCABULARY = (
     b"text/event-stream application/json, text/event-stream Content-Type application/json "
     b"mcp-sse-gateway"
 )
+
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(children, max_size=5) | st.dictionaries(
+        st.text(max_size=10), children, max_size=5
+    )
+
+
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
-    ),
+    _containers,
     max_leaves=30,
 )
 
@@ -221,6 +229,7 @@ def _with(name: str, value: bytes) -> dict[str, bytes]:
 
 
 @FUZZ
+@seed(FUZZ_SEED)
 @given(value=st.one_of(_header_bytes, st.integers(0, 2**64).map(str).map(str.encode)))
 async def test_fuzz_last_event_id(target, value):
     cursor = value
@@ -232,6 +241,7 @@ async def test_fuzz_last_event_id(target, value):
 
 
 @FUZZ
+@seed(FUZZ_SEED)
 @given(value=_header_bytes)
 async def test_fuzz_session_id(target, value):
     headers = {**_BASE, "Mcp-Session-Id": value}
@@ -243,6 +253,7 @@ async def test_fuzz_session_id(target, value):
     "name", ["Accept", "Content-Type", "Origin", "Host", "Authorization", "Cookie"]
 )
 @FUZZ
+@seed(FUZZ_SEED)
 @given(value=_header_bytes)
 async def test_fuzz_request_headers(target, name, value):
     status, answer = await target.send(_request("POST", _with(name, value), _CALL), _CALL)
@@ -250,6 +261,7 @@ async def test_fuzz_request_headers(target, name, value):
 
 
 @FUZZ
+@seed(FUZZ_SEED)
 @given(body=_bodies, method=st.sampled_from(["POST", "POST", "DELETE"]))
 async def test_fuzz_bodies(target, body, method):
     headers = {**_BASE, "Mcp-Session-Id": SESSION.encode()} if method == "POST" else _BASE

@@ -385,25 +385,15 @@ async def test_parse_helper_is_independent():
 
 
 class StandaloneUpstream:
-    """The upstream's GET stream: sends what the test queues; counts GETs; closes on demand.
-
-    A POST is the gateway's authorization probe (a JSON-RPC ping): answered, its credentials
-    recorded in ``probes``.
-    """
+    """The upstream's GET stream: sends what the test queues; counts GETs; closes on demand."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.gets = 0
         self.authorizations: list[str | None] = []
-        self.probes: list[str | None] = []
         self.opened = asyncio.Condition()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if request.method == "POST":
-            ping = await request.json()
-            assert ping["method"] == "ping"
-            self.probes.append(request.headers.get("Authorization"))
-            return web.json_response({"jsonrpc": "2.0", "id": ping["id"], "result": {}})
         assert request.method == "GET"
         assert "Last-Event-ID" not in request.headers
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -647,7 +637,7 @@ async def test_standalone_reopens_with_the_newest_client_credentials(upstream, g
         standalone.queue.put_nowait(None)
     assert standalone.authorizations[:2] == ["Bearer OLD", "Bearer NEW"]
     # The newer GET joined the open upstream GET: its credentials were checked first (D8).
-    assert standalone.probes == ["Bearer NEW"]
+    assert [dict(headers).get("Authorization") for headers in upstream.pings] == ["Bearer NEW"]
 
 
 @pytest.mark.redis

@@ -213,10 +213,127 @@ def test_only_the_creator_may_end_a_session():
     binding = alice.binding(NOW)
     refreshed = reader.presented(_bearer(_jwt("alice", jti="2")), trusted_peer=False)
     assert auth.is_creator(binding, alice)
-    assert auth.is_creator(binding, refreshed)
+    # Unverified claims never end a session: a forged token could name anyone.
+    assert not auth.is_creator(binding, refreshed)
     assert not auth.is_creator(binding, reader.presented(_bearer(_jwt("bob")), trusted_peer=False))
     assert not auth.is_creator(binding, reader.presented([], trusted_peer=False))
     assert not auth.is_creator(None, alice)
+    proxy = _reader(resume="principal", principal_header="X-User")
+    creator = proxy.presented([("X-User", "alice"), *_bearer("t1")], trusted_peer=True)
+    again = proxy.presented([("X-User", "alice"), *_bearer("t2")], trusted_peer=True)
+    assert auth.is_creator(creator.binding(NOW), again)  # a verified principal does
+
+
+def test_no_credentials_are_nobodys():
+    """A request without credentials is never taken for a creator without them."""
+    reader = _reader()
+    nobody = reader.presented([], trusted_peer=False)
+    assert nobody.anonymous
+    binding = nobody.binding(NOW)
+    assert _decide(binding, nobody).verdict is auth.Verdict.PROBE
+    assert not auth.is_creator(binding, nobody)
+    # An API key the configuration does not name is no credential to the gateway either.
+    assert reader.presented([("X-Api-Key", "k")], trusted_peer=False).anonymous
+    # The MCP endpoint's query string counts (access_token=...).
+    with_query = reader.presented([], trusted_peer=False, query="access_token=abc")
+    assert not with_query.anonymous
+    assert with_query.digest != reader.presented([], trusted_peer=False, query="x=1").digest
+
+
+@pytest.mark.parametrize(
+    "cookie", ['prefs={"theme":"dark"}; session=alice-1', "cart=a b; session=alice-1"]
+)
+def test_cookies_a_strict_parser_drops_still_count(cookie):
+    reader = _reader(credential_cookies=("session",))
+    presented = reader.presented([("Cookie", cookie)], trusted_peer=False)
+    assert not presented.anonymous
+    assert presented == reader.presented([("Cookie", "session=alice-1")], trusted_peer=False)
+    assert presented != reader.presented([("Cookie", "session=bob")], trusted_peer=False)
+
+
+@pytest.mark.parametrize(
+    ("exp", "expected"),
+    [
+        (None, None),
+        (NOW + 10, NOW + 10),
+        (str(int(NOW + 10)), NOW + 10),  # PyJWT reads int(exp): digits in a string pass
+        ("soon", 0.0),
+        (1e999, 0.0),
+        (float("nan"), 0.0),
+        (10**400, 0.0),
+        ([1], 0.0),
+    ],
+)
+def test_exp_claims_are_read_as_the_upstream_reads_them(exp, expected):
+    claims = {"iss": "i", "sub": "alice"}
+    if exp is not None:
+        claims["exp"] = exp
+    token = jwt.encode(claims, "s" * 32, "HS256") if exp != 10**400 else None
+    if token is None:  # PyJWT will not encode it; forge the payload by hand
+        import base64
+
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        payload = b'{"iss":"i","sub":"alice","exp":' + str(exp).encode() + b"}"
+        header = b64(b'{"alg":"HS256"}')
+        token = f"{header}.{b64(payload)}.{b64(b'sig')}"
+    presented = _reader().presented(_bearer(token), trusted_peer=False)
+    assert presented.expires_at == expected
+    presented.binding(NOW).encode()  # never raises
+
+
+def test_odd_claims_never_raise():
+    for sub in ["\ud800", "a\x00b", "x" * 10_000]:
+        token = jwt.encode({"sub": sub, "iss": "\udfff"}, "s" * 32, "HS256")
+        presented = _reader().presented(_bearer(token), trusted_peer=False)
+        assert presented.principal is not None
+    # iss missing is not iss "None"
+    a = _reader().presented(_bearer(jwt.encode({"sub": "x"}, "k" * 32)), trusted_peer=False)
+    b = _reader().presented(
+        _bearer(jwt.encode({"sub": "x", "iss": "None"}, "k" * 32)), trusted_peer=False
+    )
+    assert a.principal != b.principal
+
+
+def test_a_principal_header_sent_twice_counts_not_at_all():
+    reader = _reader(resume="principal", principal_header="X-User")
+    twice = reader.presented([("X-User", "alice"), ("X-User", "bob")], trusted_peer=True)
+    assert twice.principal is None
+    assert not twice.principal_verified
+
+
+def test_underscore_variant_of_the_principal_header_is_dropped():
+    forwarded = upstream_request_headers(
+        [("X_User", "alice"), ("x-user", "alice")],
+        mcp_endpoint=False,
+        peer="203.0.113.9",
+        scheme="http",
+        host="gw",
+        trusted_peer=False,
+        drop_names=frozenset({"x-user"}),
+    )
+    assert not [n for n, _ in forwarded if n.lower().replace("_", "-") == "x-user"]
+
+
+def test_connection_tokens_cannot_strip_what_the_gateway_acts_on():
+    forwarded = upstream_request_headers(
+        [
+            ("Connection", "Authorization, Mcp-Session-Id, MCP-Protocol-Version, X-Drop"),
+            ("Authorization", "Bearer t"),
+            ("Mcp-Session-Id", "s"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("X-Drop", "1"),
+        ],
+        mcp_endpoint=True,
+        peer=None,
+        scheme="http",
+        host="gw",
+        trusted_peer=False,
+    )
+    names = {n.lower() for n, _ in forwarded}
+    assert {"authorization", "mcp-session-id", "mcp-protocol-version"} <= names
+    assert "x-drop" not in names
 
 
 def test_settings_validation():
