@@ -102,6 +102,8 @@ DEFAULT_MAX_HEADER_BYTES = 8190
 #: Each open stream costs a few tens of KiB; 10,000 stays within a container's memory.
 DEFAULT_MAX_CONCURRENT_REQUESTS = 10_000
 DEFAULT_MAX_PUMPS = 10_000
+#: Sixteen bodies of the largest size at once; tool calls' bodies are small.
+DEFAULT_MAX_BUFFERED_BODY_BYTES = 256 * MIB
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
 
@@ -137,6 +139,11 @@ class UpstreamSettings(_Section):
     def _no_credentials_or_fragment(cls, url: AnyHttpUrl | None) -> AnyHttpUrl | None:
         if url is not None and url.fragment:
             raise ValueError("must not have a #fragment")
+        if url is not None and (url.username or url.password):
+            raise ValueError(
+                "must not carry credentials (user:password@): the gateway forwards each "
+                "client's own Authorization, and would send these with every request"
+            )
         return url
 
 
@@ -190,6 +197,12 @@ class ServerSettings(_Section):
         gt=0,
         description="Requests served at once (open streams included); beyond: 503 + "
         "Retry-After. Health, readiness and metrics are not counted.",
+    )
+    max_buffered_body_bytes: int = Field(
+        default=DEFAULT_MAX_BUFFERED_BODY_BYTES,
+        gt=0,
+        description="Request bodies held in memory at once, all requests together, bytes; "
+        "beyond: 503 + Retry-After.",
     )
     max_pumps: int = Field(
         default=DEFAULT_MAX_PUMPS,

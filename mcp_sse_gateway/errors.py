@@ -11,6 +11,7 @@
     │   ├── MethodNotAllowed         405: method the MCP endpoint does not serve
     │   ├── AmbiguousPath            400: a variant of the MCP path (case, ``;``, ``%2F``, ``//``)
     │   ├── BodyTimeout              408: the body did not arrive within ``server.body_timeout_s``
+    │   ├── RepeatedHeader           400: ``Mcp-Session-Id`` sent more than once
     │   └── ResumeForbidden          403: credentials not the creator's where that is required
     ├── UpstreamError                502: the upstream failed before response headers
     │   ├── UpstreamConnectError     connection refused / DNS / TLS failure
@@ -76,6 +77,10 @@ class AmbiguousPath(RequestRejected):
     Another case, ``;`` parameters, an encoded ``/``, a duplicated or trailing slash: relayed
     unmanaged, it could reach the upstream's MCP endpoint around the gateway.
     """
+
+
+class RepeatedHeader(RequestRejected):
+    """Raised when a request carries ``Mcp-Session-Id`` more than once (which one counts?)."""
 
 
 class BodyTimeout(RequestRejected):

@@ -66,21 +66,34 @@ def normalize_path(raw_path: str) -> str:
     return remove_dot_segments(_decode_unreserved(path))
 
 
+def _loosen(path: str) -> str:
+    """What a lenient router could make of *path* (a variant's loose form).
+
+    Backslashes read as slashes, NUL dropped, no ``;`` parameters, no trailing whitespace or
+    dots, and dot segments resolved (after decoding too).
+    """
+    path = path.replace("\\", "/").replace("\x00", "")
+    path = _PARAMS.sub("", path).rstrip(" \t\r\n")
+    path = remove_dot_segments(path if path.startswith("/") else "/" + path)
+    return path.rstrip(". ") or "/"  # Windows servers drop trailing dots and spaces
+
+
 def path_role(raw_path: str, mcp_path: str) -> PathRole:
     """Whether *raw_path* (as received, percent-escapes included) is the MCP endpoint.
 
     Args:
-        raw_path: the request target's path (a query is ignored).
+        raw_path: the request target's path, origin-form (``/…``; for an absolute-form target
+            ``http://host/…`` pass its path only). A query is ignored.
         mcp_path: ``server.path`` (absolute, no trailing slash except ``/`` itself).
     """
     normal = normalize_path(raw_path)
     if normal == mcp_path:
         return PathRole.MCP
-    loose = _PARAMS.sub("", normal)
+    loose = _loosen(normal)
     for _ in range(_MAX_DECODES):
         # Decoded again as long as it changes: an upstream that decodes twice must not reach
         # its MCP endpoint through /%256Dcp either.
-        decoded = _PARAMS.sub("", unquote(loose))
+        decoded = _loosen(unquote(loose))
         if decoded == loose:
             break
         loose = decoded

@@ -8,8 +8,9 @@ JSON-RPC ``ping`` in the session with the request's own headers (its credentials
 ======================================  ==================================================
 upstream answer                         the client gets
 ======================================  ==================================================
-2xx with the JSON-RPC response to the   served (after the principal rules), cached
-ping (a result or an error)
+2xx with the JSON-RPC result of the     served (after the principal rules), cached
+ping (or an error that shows it was
+dispatched: -32600, -32601, -32602)
 401, 403, 404, 429                      that answer verbatim (``WWW-Authenticate`` too);
                                         a 404 to the creator also tombstones the session
 5xx, timeout, unreachable               503 + ``Retry-After``
@@ -63,6 +64,12 @@ MAX_CACHED_CHECKS = 65_536
 #: The JSON-RPC id of every probe starts with this (the rest is random): reserved for the
 #: gateway, so upstream logs and metering can tell probes apart.
 PROBE_ID_PREFIX = "mcp-sse-gateway/auth-probe/"
+#: Prefix of the one-off creator of a stream made without credentials (it matches no other).
+ANONYMOUS_CREATOR = "anonymous:"
+#: JSON-RPC errors that show the ping was dispatched, so past the upstream's authentication:
+#: invalid request, method not found, invalid params. Other errors (an in-dispatcher
+#: "unauthorized", a server error) authorize nothing.
+DISPATCHED_ERRORS = frozenset({-32600, -32601, -32602})
 #: Request headers a probe does not take from the request (it sets its own).
 _NOT_FORWARDED = frozenset({"content-type", "accept", "last-event-id", "content-length"})
 
@@ -154,6 +161,9 @@ class Authorizer:
         if self._auth.resume == "none":
             return "", ""
         presented = self.presented(request)
+        if presented.anonymous:
+            # Nobody in particular: evicts nobody's streams (not even another anonymous one's).
+            return presented.binding().encode(), ANONYMOUS_CREATOR + secrets.token_hex(8)
         # A verified principal outlives its tokens: a refreshed one may evict its own streams.
         creator = presented.principal if presented.principal_verified else None
         return presented.binding().encode(), creator or presented.digest
@@ -218,8 +228,11 @@ class Authorizer:
                 "without authorization",
             )
         token_only = auth.probe_token_only(self._auth, presented)
+        # Anonymous requests are nobody in particular: each is asked about on its own (sharing
+        # would hand one client the answer to another's, differently credentialed, probe).
+        share = secrets.token_hex(8) if presented.anonymous else ("token" if token_only else "all")
         answer = await self._shared_probe(
-            (*probe_key, "token" if token_only else "all"),
+            (*probe_key, share),
             session_id,
             url,
             _token_only(headers) if token_only else headers,
@@ -383,14 +396,19 @@ def _outcome(answer: ProbeAnswer) -> str:
 
 
 def _is_answer(data: bytes | str, probe_id: str) -> bool:
-    """Whether *data* is JSON holding the JSON-RPC response (result or error) to *probe_id*."""
+    """Whether *data* is JSON holding a JSON-RPC result (or dispatched error) for *probe_id*."""
     try:
         message = json.loads(data)
     except (ValueError, RecursionError):
         return False
     messages = message if isinstance(message, list) else [message]
     return any(
-        isinstance(m, dict) and m.get("id") == probe_id and ("result" in m or "error" in m)
+        isinstance(m, dict)
+        and m.get("id") == probe_id
+        and (
+            "result" in m
+            or (isinstance(m.get("error"), dict) and m["error"].get("code") in DISPATCHED_ERRORS)
+        )
         for m in messages
     )
 

@@ -203,7 +203,10 @@ class ManagedStreams:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
             UpstreamError: the upstream failed before its response headers (502).
         """
-        self._check_pump_capacity()
+        if request_ids:
+            # Only a request starts a pump; notifications and answers to the server's requests
+            # (which running calls wait for) always go through.
+            self._check_pump_capacity(standalone=False)
         life = (
             await self._new_request_stream(session_id, request_ids, call) if request_ids else None
         )
@@ -247,16 +250,22 @@ class ManagedStreams:
         log.info("stream.delivered", life=life[:8], events=delivery.events, ended=delivery.ended)
         return out
 
-    def _check_pump_capacity(self) -> None:
+    def _check_pump_capacity(self, *, standalone: bool) -> None:
         """Refuse a new upstream stream beyond ``server.max_pumps`` (running ones go on).
+
+        Request pumps and standalone pumps are bounded separately, so standalone GETs (which
+        run on while the session lives) can never use up what tool calls need.
 
         Raises:
             GatewayBusy: the bound is reached.
         """
         limit = self.settings.server.max_pumps
-        if self.registry.tasks >= limit:
+        standalone_pumps = len(self.registry.standalone)
+        running = standalone_pumps if standalone else self.registry.tasks - standalone_pumps
+        if running >= limit:
+            kind = "standalone" if standalone else "request"
             self._app[METRICS].rejected.labels("pumps").inc()
-            log.warning("stream.refused_capacity", pumps=self.registry.tasks, limit=limit)
+            log.warning("stream.refused_capacity", kind=kind, pumps=running, limit=limit)
             raise GatewayBusy
 
     async def _new_request_stream(
@@ -578,7 +587,7 @@ class ManagedStreams:
     ) -> web.StreamResponse | None:
         """Open the session's upstream GET with *call* and start its pump (under the lock)."""
         key = session_digest(session_id)
-        self._check_pump_capacity()
+        self._check_pump_capacity(standalone=True)
         response = await self._open("GET", call, None)
         if not _is_event_stream(response):
             async with response:

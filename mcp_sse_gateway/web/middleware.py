@@ -27,6 +27,7 @@ from mcp_sse_gateway.errors import (
     HostNotAllowed,
     MethodNotAllowed,
     OriginNotAllowed,
+    RepeatedHeader,
     ResumeForbidden,
     SessionGone,
     StoreLimitExceeded,
@@ -38,7 +39,7 @@ from mcp_sse_gateway.errors import (
     UpstreamTimeout,
 )
 from mcp_sse_gateway.store.base import session_digest
-from mcp_sse_gateway.web.keys import METRICS, SETTINGS, STATE
+from mcp_sse_gateway.web.keys import BUFFERED_BYTES, METRICS, SETTINGS, STATE
 
 log = structlog.get_logger("mcp_sse_gateway.request")
 
@@ -52,6 +53,7 @@ STATUS_BY_ERROR: dict[type[GatewayError], tuple[int, int, str]] = {
     GatewayBusy: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Gateway at capacity, retry later"),
     MethodNotAllowed: (405, -32600, "Method not allowed"),
     AmbiguousPath: (400, -32600, "Bad Request: ambiguous path"),
+    RepeatedHeader: (400, -32600, "Bad Request: Mcp-Session-Id sent more than once"),
     ResumeForbidden: (403, -32600, "Forbidden: credentials may not resume this session"),
     AuthUnavailable: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream authorization unavailable"),
     UpstreamConnectError: (502, jsonrpc.UPSTREAM_UNAVAILABLE, "Upstream unreachable"),
@@ -71,6 +73,8 @@ MAX_LOGGED_PATH = 256
 STORE_RETRY_AFTER_S = 1
 #: Paths never refused for capacity: probes must see a busy replica as alive and ready.
 UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: Methods counted by name in metrics; any other is "OTHER" (labels stay bounded).
+KNOWN_METHODS = frozenset({"GET", "POST", "DELETE", "HEAD", "OPTIONS", "PUT", "PATCH"})
 #: A replica at capacity logs its refusals at most this often, seconds.
 BUSY_LOG_INTERVAL_S = 1.0
 
@@ -132,7 +136,8 @@ async def request_context(
         status = CLIENT_CLOSED_REQUEST
         raise
     finally:
-        request.app[METRICS].requests.labels(request.method, f"{status // 100}xx").inc()
+        method = request.method if request.method in KNOWN_METHODS else "OTHER"
+        request.app[METRICS].requests.labels(method, f"{status // 100}xx").inc()
         log.info(
             "request.finished",
             status=status,
@@ -148,12 +153,13 @@ async def request_limit(
     """Refuse requests beyond ``server.max_concurrent_requests`` (503 + ``Retry-After``).
 
     Open streams count for as long as they are open, so memory stays bounded under a flood.
-    Health, readiness and metrics are never refused.
+    GETs of health, readiness and metrics are never refused (other methods there are relayed
+    upstream like any path, and counted).
 
     Raises:
         GatewayBusy: the replica serves as many requests as it may.
     """
-    if request.path in UNLIMITED_PATHS:
+    if request.path in UNLIMITED_PATHS and request.method in {"GET", "HEAD"}:
         return await handler(request)
     state = request.app[STATE]
     limit = request.app[SETTINGS].server.max_concurrent_requests
@@ -169,3 +175,4 @@ async def request_limit(
         return await handler(request)
     finally:
         state.in_flight -= 1
+        state.buffered_bytes -= request.get(BUFFERED_BYTES, 0)

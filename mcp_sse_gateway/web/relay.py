@@ -27,9 +27,11 @@ from mcp_sse_gateway.errors import (
     AmbiguousPath,
     BodyTimeout,
     BodyTooLarge,
+    GatewayBusy,
     HostNotAllowed,
     InvalidEventId,
     OriginNotAllowed,
+    RepeatedHeader,
     SessionGone,
     StoreError,
 )
@@ -41,7 +43,15 @@ from mcp_sse_gateway.headers import (
 )
 from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
 from mcp_sse_gateway.paths import PathRole, path_role
-from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STATE, STORE, UPSTREAM_CLIENT
+from mcp_sse_gateway.web.keys import (
+    AUTHORIZER,
+    BUFFERED_BYTES,
+    METRICS,
+    SETTINGS,
+    STATE,
+    STORE,
+    UPSTREAM_CLIENT,
+)
 from mcp_sse_gateway.web.managed import ManagedStreams, UpstreamCall
 from mcp_sse_gateway.web.passthrough import relay_initialize_json, relay_response
 from mcp_sse_gateway.web.upstream import open_upstream
@@ -73,6 +83,8 @@ async def read_body(
     Raises:
         BodyTooLarge: the declared or actual length exceeds *limit_bytes* (read stops there).
         BodyTimeout: the body did not arrive whole within *timeout_s* seconds.
+        GatewayBusy: the bodies held by all requests would exceed
+            ``server.max_buffered_body_bytes``.
     """
     if request.content_length is not None and request.content_length > limit_bytes:
         raise BodyTooLarge
@@ -80,12 +92,20 @@ async def read_body(
         return None
     chunks: list[bytes] = []
     size = 0
+    state = request.app[STATE]
+    cap = request.app[SETTINGS].server.max_buffered_body_bytes
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in request.content.iter_any():
                 size += len(chunk)
                 if size > limit_bytes:
                     raise BodyTooLarge
+                if state.buffered_bytes + len(chunk) > cap:
+                    request.app[METRICS].rejected.labels("buffered_bodies").inc()
+                    raise GatewayBusy
+                # Released when the request ends (web.middleware.request_limit).
+                state.buffered_bytes += len(chunk)
+                request[BUFFERED_BYTES] = request.get(BUFFERED_BYTES, 0) + len(chunk)
                 chunks.append(chunk)
     except TimeoutError:
         request.app[METRICS].rejected.labels("body_timeout").inc()
@@ -138,6 +158,18 @@ def upstream_url_for(request: web.Request, settings: Settings, *, mcp: bool) -> 
     )
 
 
+def _session_id(request: web.Request) -> str | None:
+    """The request's ``Mcp-Session-Id``, or None.
+
+    Raises:
+        RepeatedHeader: it was sent more than once (the gateway would act on one, an upstream
+            might read the other).
+    """
+    if len(request.headers.getall("Mcp-Session-Id", ())) > 1:
+        raise RepeatedHeader
+    return request.headers.get("Mcp-Session-Id") or None
+
+
 async def relay_mcp(request: web.Request) -> web.StreamResponse:
     """Serve one request on the MCP endpoint, by era (D2) and method (D3).
 
@@ -153,7 +185,7 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     """
     settings = request.app[SETTINGS]
     check_request_allowed(request, settings)
-    session_id = request.headers.get("Mcp-Session-Id") or None
+    session_id = _session_id(request)
     last_event_id = request.headers.get("Last-Event-ID")
     if request.method == "GET" and last_event_id is not None and session_id is None:
         raise InvalidEventId
@@ -245,7 +277,8 @@ async def relay_other(request: web.Request) -> web.StreamResponse:
         AmbiguousPath: a variant of the MCP endpoint's path (400).
     """
     settings = request.app[SETTINGS]
-    role = path_role(request.raw_path, settings.server.path)
+    # The path of the target, also for an absolute-form one (POST http://host/MCP HTTP/1.1).
+    role = path_role(request.rel_url.raw_path, settings.server.path)
     if role is PathRole.MCP:
         return await relay_mcp(request)
     check_request_allowed(request, settings)

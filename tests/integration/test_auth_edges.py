@@ -16,11 +16,21 @@ from aiohttp import web
 from mcp_sse_gateway.web.keys import METRICS, REGISTRY, STORE
 from tests.integration.test_managed import SESSION, ToolCall, _call, _headers, _initialize
 from tests.support.sse_client import read_events
+from tests.support.waiting import eventually
 
 
 async def _finished_stream(upstream, http, gw, request_id: int = 7, **auth: str) -> str:
     """A finished tool-call stream of the session; returns its priming id (a cursor)."""
     upstream.routes["/mcp"] = ToolCall(2).handle
+    response = await http.post(gw.mcp_url, json=_call(request_id), headers=_headers(**auth))
+    assert response.status == 200
+    events, ended = await read_events(response)
+    assert ended
+    return events[0].id
+
+
+async def _finished_stream_via(http, gw, request_id: int, auth: dict[str, str]) -> str:
+    """Like :func:`_finished_stream`, through whatever route the upstream has now."""
     response = await http.post(gw.mcp_url, json=_call(request_id), headers=_headers(**auth))
     assert response.status == 200
     events, ended = await read_events(response)
@@ -61,8 +71,16 @@ async def test_a_redirected_delete_does_not_end_the_session(upstream, gateway, h
         ("application/json", '{"jsonrpc": "2.0", "id": "someone-else", "result": {}}', 200),
         ("application/json", "", 202),
         ("text/event-stream", 'data: {"jsonrpc": "2.0", "method": "x"}\n\n', 200),
+        ("application/json", '{"jsonrpc": "2.0", "id": "@", "error": {"code": -32001}}', 200),
     ],
-    ids=["sign-in-page", "json-not-jsonrpc", "another-id", "202", "sse-without-answer"],
+    ids=[
+        "sign-in-page",
+        "json-not-jsonrpc",
+        "another-id",
+        "202",
+        "sse-without-answer",
+        "in-dispatcher-unauthorized",
+    ],
 )
 async def test_a_2xx_that_does_not_answer_the_ping_is_refused(upstream, gateway, http, answer):
     content_type, body, status = answer
@@ -72,7 +90,9 @@ async def test_a_2xx_that_does_not_answer_the_ping_is_refused(upstream, gateway,
         upstream.answer_pings = False
 
         async def front(request: web.Request) -> web.StreamResponse:
-            return web.Response(status=status, text=body, content_type=content_type)
+            ping = await request.json()
+            text = body.replace('"@"', json.dumps(ping["id"]))  # answers this very ping
+            return web.Response(status=status, text=text, content_type=content_type)
 
         upstream.routes["/mcp"] = front
         got = await _resume_status(http, gw, cursor, Authorization="Bearer mallory")
@@ -80,7 +100,7 @@ async def test_a_2xx_that_does_not_answer_the_ping_is_refused(upstream, gateway,
     assert got == 403
 
 
-@pytest.mark.parametrize("framing", ["json", "sse", "sse-kept-open", "json-error"])
+@pytest.mark.parametrize("framing", ["json", "sse", "sse-kept-open", "json-method-not-found"])
 async def test_a_2xx_that_answers_the_ping_authorizes(upstream, gateway, http, framing):
     async with gateway(upstream.url) as gw:
         await _initialize(upstream, http, gw)
@@ -90,8 +110,9 @@ async def test_a_2xx_that_answers_the_ping_authorizes(upstream, gateway, http, f
         async def server(request: web.Request) -> web.StreamResponse:
             ping = await request.json()
             answer = {"jsonrpc": "2.0", "id": ping["id"], "result": {}}
-            if framing == "json-error":
-                answer = {"jsonrpc": "2.0", "id": ping["id"], "error": {"code": -1, "message": "x"}}
+            if framing == "json-method-not-found":  # an old server without ping: dispatched
+                error = {"code": -32601, "message": "Method not found"}
+                answer = {"jsonrpc": "2.0", "id": ping["id"], "error": error}
             if framing.startswith("json"):
                 return web.json_response(answer)
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -204,3 +225,49 @@ async def test_principal_mode_checks_an_unverified_jwt_on_its_own(upstream, gate
         refreshed = await _resume_status(http, gw, cursor, Authorization=f"Bearer {alice}")
     assert forged_with_key == 401
     assert refreshed == 200
+
+
+def _api_key_server(keys: set[str], *, ping_delay_s: float = 0) -> object:
+    """An upstream that authenticates by X-Api-Key (a header the gateway is not told about)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("X-Api-Key") not in keys:
+            return web.json_response({"error": "no key"}, status=401)
+        message = await request.json()
+        if message.get("method") == "ping":
+            await asyncio.sleep(ping_delay_s)
+            return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": {}})
+        return await ToolCall(2).handle(request)
+
+    return handle
+
+
+async def test_an_anonymous_resume_never_gets_another_ones_probe_answer(upstream, gateway, http):
+    """The victim's (key-carrying, to the gateway anonymous) probe is slow; an attacker's
+    resume without the key arrives meanwhile: it is asked about on its own, and refused."""
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        cursor = await _finished_stream(upstream, http, gw, **{"X-Api-Key": "alice-key"})
+        upstream.answer_pings = False
+        upstream.routes["/mcp"] = _api_key_server({"alice-key"}, ping_delay_s=0.5)
+        victim = asyncio.ensure_future(
+            _resume_status(http, gw, cursor, **{"X-Api-Key": "alice-key"})
+        )
+        # initialize, the call, then the victim's probe: it is at the upstream, sleeping.
+        await eventually(lambda: len(upstream.requests) >= 3, timeout_s=10)
+        attacker = await _resume_status(http, gw, cursor)
+        assert await victim == 200
+    assert attacker == 401
+
+
+async def test_a_request_without_credentials_evicts_nobodys_streams(upstream, gateway, http):
+    async with gateway(upstream.url, store={"max_streams_per_session": 2}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = _api_key_server({"alice-key"})
+        key = {"X-Api-Key": "alice-key"}
+        first = await _finished_stream_via(http, gw, 1, key)
+        await _finished_stream_via(http, gw, 2, key)
+        refused = await http.post(gw.mcp_url, json=_call(3), headers=_headers())
+        assert refused.status == 503  # full, and nothing of anyone's to evict
+        await refused.read()
+        assert await _resume_status(http, gw, first, **key) == 200

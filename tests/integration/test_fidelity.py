@@ -187,3 +187,32 @@ async def test_paths_that_normalize_to_the_mcp_endpoint_are_it(upstream, gateway
     assert upstream.requests[-1]["path"] == "/mcp"
     assert record is not None
     assert record.protocol_version == "2025-11-25"
+
+
+@pytest.mark.parametrize(
+    ("target", "status"),
+    [("http://127.0.0.1/MCP", 400), ("http://127.0.0.1/mcp/", 400), ("http://127.0.0.1//mcp", 400)],
+)
+async def test_absolute_form_targets_are_classified_by_their_path(
+    upstream, gateway, target, status
+):
+    async with gateway(upstream.url) as gw:
+        before = len(upstream.requests)
+        got, body = await _raw(gw.port, "POST", target, b'{"jsonrpc":"2.0","id":1,"method":"x"}')
+    assert got == status
+    assert b"ambiguous path" in body
+    assert len(upstream.requests) == before
+
+
+async def test_a_repeated_session_id_gets_400(upstream, gateway, http):
+    async with gateway(upstream.url) as gw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(
+            b"DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nMcp-Session-Id: victim\r\n"
+            b"Mcp-Session-Id: attacker\r\nConnection: close\r\n\r\n"
+        )
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"victim" not in answer
+    assert not upstream.requests

@@ -163,3 +163,51 @@ async def test_pumps_beyond_the_cap_get_503_and_the_running_one_goes_on(upstream
     assert messages[-1]["id"] == 1
     assert rejected == 1
     assert len(upstream.requests) == 2  # initialize + the call
+
+
+async def test_other_methods_on_the_probe_paths_count_against_the_cap(upstream, gateway, http):
+    call = ToolCall(2, pause_after=1)
+    async with gateway(upstream.url, server={"max_concurrent_requests": 1}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        held = await http.post(gw.mcp_url, json=_call(1), headers=_headers())
+        for method, path in [("POST", "/healthz"), ("PUT", "/metrics"), ("DELETE", "/readyz")]:
+            async with http.request(method, f"{gw.base_url}{path}", data=b"x" * 1000) as r:
+                assert r.status == 503, (method, path)
+        async with http.get(f"{gw.base_url}/healthz") as r:
+            assert r.status == 200
+        call.resume.set()
+        await held.read()
+
+
+async def test_standalone_pumps_never_use_up_what_tool_calls_need(upstream, gateway, http):
+    from tests.integration.test_managed import StandaloneUpstream
+
+    standalone = StandaloneUpstream()
+    call = ToolCall(1)
+    async with gateway(upstream.url, server={"max_pumps": 1}) as gw:
+        await _initialize(upstream, http, gw)
+
+        async def route(request: web.Request) -> web.StreamResponse:
+            if request.method == "GET":
+                return await standalone.handle(request)
+            return await call.handle(request)
+
+        upstream.routes["/mcp"] = route
+        listening = await http.get(gw.mcp_url, headers=_headers())
+        assert listening.status == 200
+        await standalone.wait_gets(1)
+        listening.close()  # the standalone pump runs on without its client (D5)
+        tool = await http.post(gw.mcp_url, json=_call(1), headers=_headers())
+        assert tool.status == 200
+        await tool.read()
+        notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}
+        upstream.routes["/mcp"] = _accepted
+        sent = await http.post(gw.mcp_url, json=notification, headers=_headers())
+        assert sent.status == 202
+        standalone.queue.put_nowait(None)
+
+
+async def _accepted(request: web.Request) -> web.StreamResponse:
+    del request
+    return web.Response(status=202)

@@ -116,14 +116,20 @@ def test_example_config_is_valid_and_documents_every_key():
 
 
 def test_upstream_credentials_are_redacted(capsys):
-    url = "http://user:hunter2@127.0.0.1:3000/mcp?api_key=abc&flag"
+    url = "http://127.0.0.1:3000/mcp?api_key=abc&flag"
     assert main(["check-config", "--upstream", url]) == 0
     out = capsys.readouterr().out
-    assert "hunter2" not in out
     assert "abc" not in out
-    assert (
-        json.loads(out)["upstream"]["url"] == "http://user:***@127.0.0.1:3000/mcp?api_key=***&flag"
-    )
+    assert json.loads(out)["upstream"]["url"] == "http://127.0.0.1:3000/mcp?api_key=***&flag"
+
+
+def test_upstream_url_with_userinfo_is_refused(capsys):
+    url = "http://user:hunter2@127.0.0.1:3000/mcp"
+    assert main(["check-config", "--upstream", url]) == 2
+    err = capsys.readouterr().err
+    assert "upstream.url" in err
+    assert "credentials" in err
+    assert "hunter2" not in err
 
 
 def test_non_json_list_in_environment_names_the_fix(monkeypatch):

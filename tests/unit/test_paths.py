@@ -81,3 +81,10 @@ def test_double_encoding_is_ambiguous():
     assert path_role("/%6%64cp", "/mcp") is PathRole.AMBIGUOUS
     assert path_role("/%256Dcp", "/mcp") is PathRole.AMBIGUOUS
     assert path_role("/%25256Dcp", "/mcp") is PathRole.AMBIGUOUS
+
+
+@pytest.mark.parametrize(
+    "raw", ["/mcp\\", "/mcp%5C", "/mcp%00", "/x/..%2Fmcp", "/mcp%20", "/MCP%2e"]
+)
+def test_what_lenient_routers_make_of_odd_bytes_is_ambiguous(raw):
+    assert path_role(raw, "/mcp") is PathRole.AMBIGUOUS
