@@ -1,0 +1,320 @@
+"""The shipped load balancer config, run: HAProxy (deploy/compose/haproxy.cfg, unchanged but
+for its loopback addresses) in round robin in front of three real gateway processes on a real
+redis-server, in front of the example server (official SDK, no event store).
+
+Clients speak raw MCP over HTTP so every byte is counted at the wire: each resume presents the
+last id it received, and may land on any replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mcp_sse_gateway.event_ids import parse_event_id
+from mcp_sse_gateway.example.process import example_upstream
+from tests.conftest import TEST_DIGEST_KEY
+from tests.support.mcp_http import ACCEPT
+from tests.support.sse_client import read_events
+
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy not installed"),
+]
+
+HAPROXY_CFG = Path(__file__).resolve().parents[2] / "deploy" / "compose" / "haproxy.cfg"
+DEADLINE_S = 60.0
+READY_DEADLINE_S = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait_ready(url: str, process: asyncio.subprocess.Process | None = None) -> None:
+    async with aiohttp.ClientSession() as http, asyncio.timeout(READY_DEADLINE_S):
+        while True:
+            if process is not None and process.returncode is not None:
+                raise RuntimeError(f"exited with {process.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as response:
+                    if response.status == 200:
+                        return
+            await asyncio.sleep(0.05)  # polling a condition with a deadline
+
+
+@dataclass
+class Cluster:
+    """The load balancer's URL and the replicas behind it."""
+
+    url: str
+    ports: list[int]
+    env: dict[str, str]
+    upstream_url: str
+    replicas: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
+
+    async def start(self, index: int) -> None:
+        port = self.ports[index]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "mcp_sse_gateway",
+            "serve",
+            "--upstream",
+            self.upstream_url,
+            "--port",
+            str(port),
+            env=self.env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self.replicas[index] = process
+        await _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+
+    async def stop(self, index: int, sig: int = signal.SIGTERM) -> None:
+        process = self.replicas.pop(index)
+        if process.returncode is None:
+            process.send_signal(sig)
+        await asyncio.wait_for(process.wait(), DEADLINE_S)
+
+
+@contextlib.asynccontextmanager
+async def _cluster(redis_url: str, **settings: str) -> AsyncIterator[Cluster]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SSE_GATEWAY_")}
+    env.update(
+        MCP_SSE_GATEWAY_STORE__BACKEND="redis",
+        MCP_SSE_GATEWAY_STORE__REDIS_URL=redis_url,
+        MCP_SSE_GATEWAY_AUTH__DIGEST_KEY=TEST_DIGEST_KEY,
+        MCP_SSE_GATEWAY_LOGGING__LEVEL="warning",
+        **{f"MCP_SSE_GATEWAY_{k.upper()}": v for k, v in settings.items()},
+    )
+    lb_port = _free_port()
+    async with example_upstream() as upstream_url:
+        cluster = Cluster(
+            f"http://127.0.0.1:{lb_port}/mcp", [_free_port() for _ in range(3)], env, upstream_url
+        )
+        lb_env = {
+            **os.environ,
+            "LB_BIND": f"127.0.0.1:{lb_port}",
+            **{f"GATEWAY{i + 1}": f"127.0.0.1:{p}" for i, p in enumerate(cluster.ports)},
+        }
+        haproxy = None
+        try:
+            await asyncio.gather(*(cluster.start(i) for i in range(3)))
+            haproxy = await asyncio.create_subprocess_exec(
+                "haproxy",
+                "-db",
+                "-f",
+                str(HAPROXY_CFG),
+                env=lb_env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await _wait_ready(f"http://127.0.0.1:{lb_port}/readyz", haproxy)
+            yield cluster
+        finally:
+            if haproxy is not None and haproxy.returncode is None:
+                haproxy.terminate()
+                await haproxy.wait()
+            for index in list(cluster.replicas):
+                await cluster.stop(index, signal.SIGKILL)
+
+
+@dataclass
+class Tally:
+    """What one client received at the wire."""
+
+    indexes: list[int] = field(default_factory=list)
+    results: int = 0
+    errors: int = 0
+    resumes: int = 0
+    replayed_at_or_before_cursor: int = 0
+
+
+async def _call_through(
+    http: aiohttp.ClientSession, url: str, count: int, interval_ms: int
+) -> Tally:
+    """One client: initialize, one long tools/call, resumed (via the LB) until it is answered."""
+    tally = Tally()
+    async with asyncio.timeout(DEADLINE_S):
+        session = await _retrying(lambda: _initialize(http, url))
+        headers = {**ACCEPT, "Mcp-Session-Id": session}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "stream_notifications",
+                "arguments": {"count": count, "interval_ms": interval_ms},
+            },
+        }
+        response = await _retrying(lambda: http.post(url, headers=headers, json=call))
+        cursor: str | None = None
+        while True:
+            try:
+                events, _ = await read_events(response, timeout_s=DEADLINE_S)
+            except (aiohttp.ClientError, TimeoutError):
+                events = []
+            cursor = _count(tally, events, cursor)
+            if tally.results or tally.errors:
+                return tally
+            assert cursor is not None
+            tally.resumes += 1
+            resume = {**headers, "Last-Event-ID": cursor}
+            response = await _retrying(lambda resume=resume: http.get(url, headers=resume))
+
+
+def _count(tally: Tally, events: list[Any], cursor: str | None) -> str | None:
+    """Add what one connection delivered to *tally*; returns the cursor to resume from."""
+    presented = parse_event_id(cursor) if cursor else None
+    for event in events:
+        if event.id:
+            offset = parse_event_id(event.id)
+            if (
+                event.data
+                and presented is not None
+                and offset is not None
+                and offset.life == presented.life
+                and offset.offset <= presented.offset
+            ):
+                tally.replayed_at_or_before_cursor += 1
+            cursor = event.id
+        if not event.data:
+            continue
+        message = json.loads(event.data)
+        if message.get("method"):
+            tally.indexes.append(message["params"]["data"]["index"])
+        elif message.get("id") == 1:
+            tally.results += "result" in message
+            tally.errors += "error" in message
+    return cursor
+
+
+async def _initialize(http: aiohttp.ClientSession, url: str) -> str:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "lb-test", "version": "1"},
+        },
+    }
+    async with http.post(url, headers=ACCEPT, json=body) as response:
+        assert response.status == 200
+        session = response.headers["Mcp-Session-Id"]
+        await response.read()
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    headers = {**ACCEPT, "Mcp-Session-Id": session}
+    async with http.post(url, headers=headers, json=note) as response:
+        assert response.status == 202
+    return session
+
+
+async def _retrying(make: Any) -> Any:
+    """What a client does on a refused or broken connection: wait ``retry``, try again."""
+    for _ in range(200):
+        try:
+            response = await make()
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.1)
+            continue
+        if isinstance(response, aiohttp.ClientResponse) and response.status in {502, 503}:
+            response.release()
+            await asyncio.sleep(0.1)
+            continue
+        return response
+    raise AssertionError("no answer after 200 attempts")
+
+
+def _check(tallies: list[Tally], count: int) -> dict[str, int]:
+    summary = {
+        "clients": len(tallies),
+        "sent": len(tallies) * (count + 1),
+        "received": sum(len(t.indexes) + t.results + t.errors for t in tallies),
+        "duplicated": sum(len(t.indexes) - len(set(t.indexes)) for t in tallies),
+        "lost": sum(count - len(set(t.indexes)) for t in tallies),
+        "unanswered": sum(1 for t in tallies if not (t.results or t.errors)),
+        "errors": sum(t.errors for t in tallies),
+        "resumes": sum(t.resumes for t in tallies),
+        "replayed_at_or_before_cursor": sum(t.replayed_at_or_before_cursor for t in tallies),
+    }
+    print(f"\nload balancer scenario: {summary}")
+    for tally in tallies:
+        assert tally.indexes == list(range(count)), tally.indexes  # once each, in order
+    assert summary["duplicated"] == summary["lost"] == summary["unanswered"] == 0
+    assert summary["replayed_at_or_before_cursor"] == 0
+    return summary
+
+
+async def _delivered(port: int) -> float:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        for line in (await response.text()).splitlines():
+            if line.startswith("mcp_sse_gateway_events_delivered_total "):
+                return float(line.split()[1])
+    return 0.0
+
+
+@pytest.mark.parametrize("poll_after_ms", ["0", "300"])
+async def test_calls_resumed_through_haproxy_round_robin(private_redis, poll_after_ms):
+    count, clients = 20, 6
+    async with (
+        _cluster(private_redis.url, sse__poll_after_ms=poll_after_ms) as cluster,
+        aiohttp.ClientSession() as http,
+    ):
+        tallies = await asyncio.gather(
+            *(_call_through(http, cluster.url, count, 50) for _ in range(clients))
+        )
+        delivered = [await _delivered(port) for port in cluster.ports]
+    summary = _check(list(tallies), count)
+    print(f"events delivered per replica: {delivered}")
+    assert summary["errors"] == 0
+    assert summary["resumes"] >= clients  # every call went through at least one resume
+    assert all(delivered), "round robin: every replica served some of the streams"
+
+
+async def test_rolling_restart_loses_nothing(private_redis):
+    """SIGTERM one replica, start its replacement, wait for readiness, then the next, while
+    calls (each shorter than the drain timeout) keep arriving."""
+    count = 30
+    async with (
+        _cluster(
+            private_redis.url, sse__poll_after_ms="500", server__drain_timeout_s="20"
+        ) as cluster,
+        aiohttp.ClientSession() as http,
+    ):
+        running: list[asyncio.Task[Tally]] = []
+
+        async def arrivals() -> None:
+            for _ in range(12):
+                running.append(asyncio.ensure_future(_call_through(http, cluster.url, count, 50)))
+                await asyncio.sleep(0.25)  # a new call every 250 ms, bounded
+
+        feeder = asyncio.ensure_future(arrivals())
+        for index in range(3):
+            await cluster.stop(index)  # SIGTERM: drain, then exit
+            await cluster.start(index)  # the replacement, ready
+        await feeder
+        tallies = await asyncio.gather(*running)
+    summary = _check(list(tallies), count)
+    assert summary["errors"] == 0
