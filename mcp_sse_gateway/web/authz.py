@@ -64,8 +64,6 @@ MAX_CACHED_CHECKS = 65_536
 #: The JSON-RPC id of every probe starts with this (the rest is random): reserved for the
 #: gateway, so upstream logs and metering can tell probes apart.
 PROBE_ID_PREFIX = "mcp-sse-gateway/auth-probe/"
-#: Prefix of the one-off creator of a stream made without credentials (it matches no other).
-ANONYMOUS_CREATOR = "anonymous:"
 #: JSON-RPC errors that show the ping was dispatched, so past the upstream's authentication:
 #: invalid request, method not found, invalid params. Other errors (an in-dispatcher
 #: "unauthorized", a server error) authorize nothing.
@@ -161,9 +159,9 @@ class Authorizer:
         if self._auth.resume == "none":
             return "", ""
         presented = self.presented(request)
-        if presented.anonymous:
-            # Nobody in particular: evicts nobody's streams (not even another anonymous one's).
-            return presented.binding().encode(), ANONYMOUS_CREATOR + secrets.token_hex(8)
+        # Requests without credentials share one creator: they may evict each other's finished
+        # streams (in front of an upstream without authorization, a session's many calls must
+        # make room for new ones), never a credentialed creator's.
         # A verified principal outlives its tokens: a refreshed one may evict its own streams.
         creator = presented.principal if presented.principal_verified else None
         return presented.binding().encode(), creator or presented.digest

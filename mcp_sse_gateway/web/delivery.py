@@ -117,8 +117,9 @@ async def deliver(
         resuming: a resume (GET + ``Last-Event-ID``): it replays what is stored before a
             polling close, and ``poll_after_ms = 0`` does not close it on purpose at all.
         headers: extra response headers (e.g. ``Mcp-Session-Id`` relayed from the upstream).
-        check_owner: called whenever the stream was idle for ``keepalive_s``: ends the stream if
-            its owner replica died (the stream is then finished with errors, and delivered).
+        check_owner: called every ``store.heartbeat_s`` while the stream is idle: ends the
+            stream if its owner replica died (the stream is then finished with errors, and
+            delivered).
 
     Returns:
         The prepared (and ended) response, and what was delivered.
@@ -276,6 +277,8 @@ async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor:
             return
     replaying = True
     full_batches = 0
+    # When the client last got something (events, or a keepalive comment).
+    quiet_since = time.monotonic()
     # Position in the stream's local feed (if this process pumps it): offset n is at n - 1.
     position = delivery.cursor
     while True:
@@ -286,6 +289,7 @@ async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor:
                 await _write_events(response, delivery, life, events, cut_s)
                 position += len(events)
                 replaying = False
+                quiet_since = time.monotonic()
                 continue
             if events is None and feed.lost:
                 # Behind what the feed holds, and the store cannot serve the rest: a gap.
@@ -317,6 +321,7 @@ async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor:
                 reader.prefetch(result.events[-1].offset)
             await _write_events(response, delivery, life, result.events, cut_s)
             position = delivery.cursor
+            quiet_since = time.monotonic()
         if result.finished:
             await _close(response, delivery, "finished", sse.retry_ms)
             return
@@ -330,16 +335,25 @@ async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor:
         full_batches = 0
         if result.events or feed_key in feeds:
             continue
-        wait_s = _wait_s(sse.keepalive_s, close_at)
+        wait_s = _wait_s(sse.keepalive_s - (time.monotonic() - quiet_since), close_at)
         if wait_s is None:
             await _close(response, delivery, "poll", sse.retry_ms)
             return
+        if check_owner is not None:
+            # Another replica writes this stream: look at its heartbeat every heartbeat_s, so
+            # a dead owner's stream ends within heartbeat_expiry_s + heartbeat_s, whatever
+            # keepalive_s is (D7).
+            wait_s = min(wait_s, settings.store.heartbeat_s)
         try:
-            woken = await store.wait(session_id, life, delivery.cursor, wait_s)
+            woken = await store.wait(session_id, life, delivery.cursor, max(wait_s, 0.0))
         except StoreUnavailable:
             continue  # the next read fails too, and waits for the store or a feed
-        if not woken and not _due(close_at):
-            await _write(response, KEEPALIVE, cut_s)
+        if woken:
+            quiet_since = time.monotonic()
+        elif not _due(close_at):
+            if time.monotonic() - quiet_since >= sse.keepalive_s:
+                await _write(response, KEEPALIVE, cut_s)
+                quiet_since = time.monotonic()
             if check_owner is not None:
                 await check_owner()
 

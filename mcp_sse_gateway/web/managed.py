@@ -481,9 +481,9 @@ class ManagedStreams:
     ) -> Callable[[], Awaitable[bool]] | None:
         """For a request stream another replica writes: end it if that replica died (D7).
 
-        The check costs one store command, so it runs when a resume starts and then whenever the
-        stream was idle for ``keepalive_s``. The stream is ended with the JSON-RPC errors its
-        writer left pending, exactly once whichever replicas check at the same time.
+        The check costs one store command, so it runs when a resume starts and then every
+        ``store.heartbeat_s`` while the stream is idle. The stream is ended with the JSON-RPC
+        errors its writer left pending, exactly once whichever replicas check at the same time.
         """
         if info.kind != "request" or info.owner == self._app[REPLICA_ID]:
             return None

@@ -145,6 +145,8 @@ class Tally:
     errors: int = 0
     resumes: int = 0
     replayed_at_or_before_cursor: int = 0
+    answered_at: float | None = None
+    error_codes: list[int] = field(default_factory=list)
 
 
 async def _call_through(
@@ -203,6 +205,9 @@ def _count(tally: Tally, events: list[Any], cursor: str | None) -> str | None:
         elif message.get("id") == 1:
             tally.results += "result" in message
             tally.errors += "error" in message
+            if "error" in message:
+                tally.error_codes.append(message["error"]["code"])
+            tally.answered_at = asyncio.get_running_loop().time()
     return cursor
 
 
@@ -318,3 +323,180 @@ async def test_rolling_restart_loses_nothing(private_redis):
         tallies = await asyncio.gather(*running)
     summary = _check(list(tallies), count)
     assert summary["errors"] == 0
+
+
+async def _pumped_by(
+    http: aiohttp.ClientSession, direct: str, balanced: str, started: asyncio.Queue[None]
+) -> Tally:
+    """A call POSTed straight to one replica (it pumps it), resumed through the LB when that
+    connection breaks."""
+    tally = Tally()
+    async with asyncio.timeout(DEADLINE_S):
+        session = await _initialize(http, direct)
+        headers = {**ACCEPT, "Mcp-Session-Id": session}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "stream_notifications",
+                "arguments": {"count": 10_000, "interval_ms": 50},
+            },
+        }
+        response = await http.post(direct, headers=headers, json=call)
+        first, _ = await read_events(response, until=3)
+        cursor = _count(tally, first, None)
+        started.put_nowait(None)
+        while True:
+            try:
+                events, _ = await read_events(response, timeout_s=DEADLINE_S)
+            except (aiohttp.ClientError, TimeoutError):
+                events = []
+            cursor = _count(tally, events, cursor)
+            if tally.results or tally.errors:
+                return tally
+            assert cursor is not None
+            tally.resumes += 1
+            resume = {**headers, "Last-Event-ID": cursor}
+            response = await _retrying(lambda resume=resume: http.get(balanced, headers=resume))
+
+
+async def test_sigkill_of_the_replica_pumping_20_calls(private_redis):
+    """Each client gets the JSON-RPC error once (none hangs), within heartbeat_expiry_s +
+    heartbeat_s + 2 s of the kill, although keepalive_s is 60."""
+    heartbeat_s, expiry_s, calls = 1.0, 3.0, 20
+    async with (
+        _cluster(
+            private_redis.url,
+            store__heartbeat_s=str(heartbeat_s),
+            store__heartbeat_expiry_s=str(expiry_s),
+            sse__keepalive_s="60",
+        ) as cluster,
+        aiohttp.ClientSession() as http,
+    ):
+        direct = f"http://127.0.0.1:{cluster.ports[0]}/mcp"
+        started: asyncio.Queue[None] = asyncio.Queue()
+        clients = [
+            asyncio.ensure_future(_pumped_by(http, direct, cluster.url, started))
+            for _ in range(calls)
+        ]
+        async with asyncio.timeout(DEADLINE_S):
+            for _ in range(calls):
+                await started.get()
+        killed_at = asyncio.get_running_loop().time()
+        await cluster.stop(0, signal.SIGKILL)
+        tallies = await asyncio.gather(*clients)
+    answered_s = max(t.answered_at or float("inf") for t in tallies) - killed_at
+    summary = {
+        "calls": calls,
+        "answered": sum(1 for t in tallies if t.results or t.errors),
+        "errors": sum(t.errors for t in tallies),
+        "duplicated": sum(len(t.indexes) - len(set(t.indexes)) for t in tallies),
+        "kill_to_last_answer_s": round(answered_s, 2),
+    }
+    print(f"\nSIGKILL scenario: {summary}")
+    for tally in tallies:
+        assert tally.errors == 1
+        assert tally.results == 0
+        assert tally.error_codes == [-32003]  # the documented "upstream stream ended" error
+        assert tally.indexes == list(range(len(tally.indexes)))  # what was stored, once
+    assert answered_s <= expiry_s + heartbeat_s + 2
+
+
+@pytest.mark.parametrize(
+    ("client", "poll_after_ms", "cuts"),
+    [
+        ("python", "0", False),
+        ("python", "300", False),
+        ("python", "", True),
+        ("typescript", "0", False),
+        ("typescript", "300", True),
+    ],
+)
+async def test_sdk_clients_through_haproxy(private_redis, client, poll_after_ms, cuts):
+    """The official SDK clients' own reconnection, through round robin (and cut mid-event by a
+    flaky network in front of the load balancer)."""
+    from urllib.parse import urlsplit
+
+    from tests.clients.test_sdk_clients import _python_call, _ts_call
+    from tests.support.chaos import chaos_proxy
+
+    settings = {"sse__poll_after_ms": poll_after_ms} if poll_after_ms else {}
+    count = 40
+    arguments = {"count": count, "interval_ms": 10, "payload_bytes": 100}
+    async with _cluster(private_redis.url, **settings) as cluster:
+        url = cluster.url
+        proxy_cm = (
+            chaos_proxy(
+                urlsplit(url).port, cut_after_bytes=2500, max_cuts=1 if client == "python" else None
+            )
+            if cuts
+            else contextlib.nullcontext()
+        )
+        async with proxy_cm as proxy:
+            if proxy is not None:
+                url = f"http://127.0.0.1:{proxy.port}/mcp"
+            if client == "python":
+                logged, result = await _python_call(url, "stream_notifications", arguments)
+                assert not result.is_error
+                text = result.content[0].text
+                indexes = [d["index"] for d in logged if isinstance(d, dict) and "index" in d]
+            else:
+                outcome = await _ts_call(url, "stream_notifications", arguments)
+                text = outcome["result"]["content"][0]["text"]
+                indexes = [
+                    n["params"]["data"]["index"]
+                    for n in outcome["notifications"]
+                    if n["method"] == "notifications/message"
+                ]
+        if proxy is not None:
+            assert proxy.cuts > 0
+    assert text == f"sent {count} notifications"
+    if client == "typescript":
+        assert indexes == list(range(count))
+    else:
+        # The Python SDK re-sends an older Last-Event-ID after some cuts (docs/decisions.md):
+        # it may see repeats; it must miss nothing.
+        assert sorted(set(indexes)) == list(range(count))
+
+
+async def test_a_draining_replica_serves_and_a_call_outliving_the_drain_ends_with_the_error(
+    private_redis,
+):
+    """SIGTERM: during the load balancer's deregistration lag the draining replica still
+    serves new requests; a call it pumps that outlives drain_timeout_s ends, for its client
+    resuming on another replica, with the documented JSON-RPC error, once."""
+    async with (
+        _cluster(
+            private_redis.url,
+            server__drain_timeout_s="2",
+            store__heartbeat_s="0.5",
+            store__heartbeat_expiry_s="1.5",
+        ) as cluster,
+        aiohttp.ClientSession() as http,
+    ):
+        direct = f"http://127.0.0.1:{cluster.ports[0]}/mcp"
+        started: asyncio.Queue[None] = asyncio.Queue()
+        long_call = asyncio.ensure_future(_pumped_by(http, direct, cluster.url, started))
+        await asyncio.wait_for(started.get(), DEADLINE_S)
+        draining = cluster.replicas.pop(0)
+        draining.send_signal(signal.SIGTERM)
+        await _wait_status(f"http://127.0.0.1:{cluster.ports[0]}/readyz", 503)
+        # Deregistration lag: a request still routed to it is served.
+        lag_call = await _call_through(http, direct, 5, 10)
+        tally = await long_call
+        await asyncio.wait_for(draining.wait(), DEADLINE_S)
+    assert (lag_call.results, lag_call.indexes) == (1, list(range(5)))
+    assert tally.error_codes == [-32003]
+    assert tally.results == 0
+    assert tally.indexes == list(range(len(tally.indexes)))
+
+
+async def _wait_status(url: str, status: int) -> None:
+    async with aiohttp.ClientSession() as http, asyncio.timeout(READY_DEADLINE_S):
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as response:
+                    if response.status == status:
+                        return
+            await asyncio.sleep(0.02)  # polling a condition with a deadline

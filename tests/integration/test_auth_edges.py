@@ -260,14 +260,21 @@ async def test_an_anonymous_resume_never_gets_another_ones_probe_answer(upstream
     assert attacker == 401
 
 
-async def test_a_request_without_credentials_evicts_nobodys_streams(upstream, gateway, http):
+async def test_a_request_without_credentials_evicts_no_credentialed_stream(upstream, gateway, http):
     async with gateway(upstream.url, store={"max_streams_per_session": 2}) as gw:
         await _initialize(upstream, http, gw)
-        upstream.routes["/mcp"] = _api_key_server({"alice-key"})
-        key = {"X-Api-Key": "alice-key"}
-        first = await _finished_stream_via(http, gw, 1, key)
-        await _finished_stream_via(http, gw, 2, key)
+        first = await _finished_stream(upstream, http, gw, 1, Authorization="Bearer alice")
+        await _finished_stream(upstream, http, gw, 2, Authorization="Bearer alice")
         refused = await http.post(gw.mcp_url, json=_call(3), headers=_headers())
-        assert refused.status == 503  # full, and nothing of anyone's to evict
+        assert refused.status == 503  # full, and nothing of its own kind to evict
         await refused.read()
-        assert await _resume_status(http, gw, first, **key) == 200
+        assert await _resume_status(http, gw, first, Authorization="Bearer alice") == 200
+
+
+async def test_calls_without_credentials_make_room_among_themselves(upstream, gateway, http):
+    """In front of an upstream without authorization a session makes many calls."""
+    async with gateway(upstream.url, store={"max_streams_per_session": 2}) as gw:
+        await _initialize(upstream, http, gw)
+        cursors = [await _finished_stream(upstream, http, gw, i) for i in range(1, 6)]
+        assert await _resume_status(http, gw, cursors[-1]) == 200
+        assert await _resume_status(http, gw, cursors[0]) == 400  # evicted for the later ones
