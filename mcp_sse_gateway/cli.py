@@ -116,11 +116,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The demo narrates on stdout; request logs would drown it unless asked for.
         quiet = "warning" if settings.logging.level == "info" else settings.logging.level
         configure_logging(quiet, settings.logging.format)
-        from mcp_sse_gateway.demo import run_demo
-
-        return asyncio.run(run_demo(settings, once=args.once))
+        run_demo = _demo_runner()
+        return 1 if run_demo is None else asyncio.run(run_demo(settings, once=args.once))
     configure_logging(settings.logging.level, settings.logging.format)
     return asyncio.run(_serve(settings))
+
+
+def _demo_runner() -> Any:
+    """The demo's entry point, or None (after saying why) without the ``example`` extra."""
+    try:
+        from mcp_sse_gateway.demo import run_demo
+    except ImportError as exc:
+        print(
+            f"mcp-sse-gateway: demo needs the example server's extra ({exc.name} is missing): "
+            "pip install 'mcp-sse-gateway[example]'",
+            file=sys.stderr,
+        )
+        return None
+    return run_demo
 
 
 def _healthcheck(settings: Settings, *, ready: bool = False) -> int:

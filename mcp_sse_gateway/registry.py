@@ -68,6 +68,9 @@ class Registry:
         #: attached connection (``(session digest, life)`` → LocalFeed; see mcp_sse_gateway.feed).
         self.feeds: dict[tuple[str, str], Any] = {}
         self.closing = False
+        #: Other replicas seen alive lately: replica id → monotonic time until which that holds
+        #: (shared by every reader of their streams on this replica).
+        self.owners_alive_until: dict[str, float] = {}
 
     @property
     def tasks(self) -> int:

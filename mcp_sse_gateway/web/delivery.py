@@ -348,9 +348,7 @@ async def _run(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one loop, one cursor:
             woken = await store.wait(session_id, life, delivery.cursor, max(wait_s, 0.0))
         except StoreUnavailable:
             continue  # the next read fails too, and waits for the store or a feed
-        if woken:
-            quiet_since = time.monotonic()
-        elif not _due(close_at):
+        if not woken and not _due(close_at):
             if time.monotonic() - quiet_since >= sse.keepalive_s:
                 await _write(response, KEEPALIVE, cut_s)
                 quiet_since = time.monotonic()

@@ -66,6 +66,8 @@ STANDALONE_BACKOFF_MAX_S = 30.0
 RETIRE_BACKOFF_S = (0.25, 5.0)
 #: A finished local feed is kept this long for its reader to drain it, seconds.
 FEED_GRACE_S = 60.0
+#: Replicas whose liveness is remembered at once (each entry lives a fraction of a second).
+MAX_KNOWN_OWNERS = 4096
 #: Upstream statuses after which the standalone stream is not re-opened (D5).
 _STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
 
@@ -481,16 +483,27 @@ class ManagedStreams:
     ) -> Callable[[], Awaitable[bool]] | None:
         """For a request stream another replica writes: end it if that replica died (D7).
 
-        The check costs one store command, so it runs when a resume starts and then every
-        ``store.heartbeat_s`` while the stream is idle. The stream is ended with the JSON-RPC
-        errors its writer left pending, exactly once whichever replicas check at the same time.
+        It runs when a resume starts and then every ``store.heartbeat_s`` while the stream is
+        idle. An owner seen alive is taken as alive for a quarter of ``heartbeat_s`` by every
+        reader on this replica: one store command per owner and period, however many clients
+        wait. The stream is ended with the JSON-RPC errors its writer left pending, exactly
+        once whichever replicas check at the same time.
         """
         if info.kind != "request" or info.owner == self._app[REPLICA_ID]:
             return None
+        alive_until = self.registry.owners_alive_until
+        cache_s = self.settings.store.heartbeat_s / 4
 
         async def check() -> bool:
-            if await self.store.replica_alive(info.owner):
+            now = time.monotonic()
+            if alive_until.get(info.owner, 0.0) > now:
                 return False
+            if await self.store.replica_alive(info.owner):
+                if len(alive_until) >= MAX_KNOWN_OWNERS:
+                    alive_until.clear()
+                alive_until[info.owner] = now + cache_s
+                return False
+            alive_until.pop(info.owner, None)
             ended = await self.store.end_orphaned(session_id, info.life)
             if ended:
                 self._app[METRICS].streams_orphaned.inc()

@@ -58,6 +58,9 @@ from mcp_sse_gateway.web.upstream import open_upstream
 
 log = structlog.get_logger("mcp_sse_gateway.relay")
 
+#: How long ``/readyz`` waits for the store's answer before reporting it unavailable, seconds.
+READY_STORE_PING_S = 0.5
+
 
 def check_request_allowed(request: web.Request, settings: Settings) -> None:
     """Refuse requests whose ``Host`` or ``Origin`` is not allowed (DNS rebinding).
@@ -317,8 +320,11 @@ async def ready(request: web.Request) -> web.Response:
     if request.app[STATE].draining:
         return web.json_response({"status": "draining"}, status=503)
     try:
-        await request.app[STORE].ping()
-    except StoreError:
+        # Bounded well below any probe's timeout: a stalled store must not make every replica
+        # look unready at once (it is shared), only be reported.
+        async with asyncio.timeout(READY_STORE_PING_S):
+            await request.app[STORE].ping()
+    except (StoreError, TimeoutError):
         return web.json_response({"status": "ready", "store": "unavailable"})
     return web.json_response({"status": "ready", "store": "ok"})
 

@@ -84,8 +84,11 @@ def test_configmap_is_valid_for_a_cluster(tmp_path, monkeypatch):
     assert f"{service}.default.svc.cluster.local" in settings.server.allowed_hosts
     assert settings.server.trusted_proxies
     assert settings.auth.resume == "upstream"
-    # Every key of the file is a known setting (the loader forbids unknown ones).
-    tomllib.loads(_manifests()["ConfigMap"]["data"]["config.toml"])
+    assert settings.sse.poll_after_ms == 30000
+    # Every section of the file is one the settings know (unknown keys inside are refused
+    # by the loader; an unknown section would be ignored silently).
+    sections = tomllib.loads(_manifests()["ConfigMap"]["data"]["config.toml"])
+    assert set(sections) <= set(type(settings).model_fields)
 
 
 def test_deployment_probes_drain_and_hardening(tmp_path, monkeypatch):
@@ -143,6 +146,13 @@ def test_compose_gateways_are_valid_replicas_on_redis(monkeypatch):
         settings = load_settings()
         assert settings.store.backend == "redis"
         assert "lb" in settings.server.allowed_hosts
+        assert settings.sse.poll_after_ms == 30000
+        assert settings.server.trusted_proxies == ("172.31.240.0/24",)
+        subnet = _compose()["networks"]["default"]["ipam"]["config"][0]["subnet"]
+        assert settings.server.trusted_proxies == (subnet,)
+        for key in environment:  # every variable names a known section
+            section = key.removeprefix("MCP_SSE_GATEWAY_").split("__")[0].lower()
+            assert section in type(settings).model_fields, key
         assert services[name]["stop_grace_period"] == "75s"
     assert "--save" in services["redis"]["command"]
     lb = services["lb"]

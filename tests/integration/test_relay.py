@@ -398,3 +398,33 @@ async def test_healthcheck_probes_liveness_and_ready_probes_readiness(upstream, 
         assert await asyncio.to_thread(main, ["healthcheck", "--ready", *port]) == 1
         gw.app[STATE].draining = False
     assert await asyncio.to_thread(main, ["healthcheck", *port]) == 1  # nothing listens
+
+
+async def test_readiness_does_not_wait_on_a_stalled_store(upstream):
+    """A store that does not answer (a paused Redis) is reported, within half a second, and
+    the replica stays ready: the store is shared, so every replica would drop out at once."""
+    import asyncio
+    import time
+
+    import aiohttp
+
+    from mcp_sse_gateway.server import run_gateway
+    from mcp_sse_gateway.store.memory import MemoryStore
+    from tests.conftest import make_settings
+
+    class StalledStore(MemoryStore):
+        async def ping(self) -> None:
+            await asyncio.sleep(3600)
+
+    settings = make_settings(upstream.url)
+    async with (
+        run_gateway(settings, store=StalledStore.from_settings(settings.store)) as gw,
+        aiohttp.ClientSession() as http,
+    ):
+        started = time.monotonic()
+        async with http.get(f"{gw.base_url}/readyz") as response:
+            body = await response.json()
+            status = response.status
+        took_s = time.monotonic() - started
+    assert (status, body) == (200, {"status": "ready", "store": "unavailable"})
+    assert took_s < 2  # bounded by READY_STORE_PING_S (0.5 s), far below probe timeouts
