@@ -17,7 +17,7 @@ import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import (
     AnyHttpUrl,
@@ -551,17 +551,35 @@ def load_settings(
 
 
 def redact_url(url: str) -> str:
-    """*url* with its password and every query value replaced by ``***`` (for logs)."""
-    parts = urlsplit(url)
+    """*url* safe to log: its password and every query value replaced by ``***``.
+
+    The one redaction of the project, for the upstream URL and the Redis URL alike
+    (``http(s)://``, ``redis(s)://``, ``unix://``). The user name is kept (it names the ACL
+    user or account); a query item without ``=`` is replaced whole (it may be a token); the
+    fragment is dropped. A URL that cannot be parsed comes back as ``***``.
+
+    Args:
+        url: any URL.
+
+    Returns:
+        The URL without secrets.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "***"
     netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    if password is not None:
+        userinfo, _, hostinfo = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{hostinfo}"
     query = "&".join(
-        f"{pair.split('=', 1)[0]}=***" if "=" in pair else pair
+        f"{pair.partition('=')[0]}=***" if "=" in pair else "***"
         for pair in parts.query.split("&")
         if pair
     )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    scheme = f"{parts.scheme}://" if "://" in url else f"{parts.scheme}:" * bool(parts.scheme)
+    return f"{scheme}{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _describe(exc: ValidationError) -> str:

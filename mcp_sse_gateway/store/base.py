@@ -205,6 +205,14 @@ class EventStore(Protocol):
             Safe to cancel.
         """
 
+    @property
+    def parked(self) -> int:
+        """Calls of :meth:`wait` in this process now waiting for a wake-up.
+
+        Each has looked at its stream and will see any later append, finish or drop; tests
+        wait on this count instead of yielding to the event loop and hoping.
+        """
+
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
         """The stream life's metadata, or None when it does not exist under this session."""
 

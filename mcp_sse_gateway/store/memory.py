@@ -119,6 +119,7 @@ class MemoryStore:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ttl_s = session_idle_ttl_s
+        self._parked = 0
         self._max_sessions = max_sessions
         self._max_events = max_events_per_stream
         self._max_streams = max_streams_per_session
@@ -412,6 +413,7 @@ class MemoryStore:
         if stream.last_offset > after or stream.finished:
             return True
         stream.waiters += 1
+        self._parked += 1
         try:
             async with asyncio.timeout(timeout_s):
                 await stream.changed.wait()
@@ -419,7 +421,13 @@ class MemoryStore:
             return False
         finally:
             stream.waiters -= 1
+            self._parked -= 1
         return True
+
+    @property
+    def parked(self) -> int:
+        """Calls of :meth:`wait` waiting for a change of their stream (in this process)."""
+        return self._parked
 
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
         """The stream life's metadata, or None."""

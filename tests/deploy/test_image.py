@@ -216,3 +216,25 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_the_installed_wheel_carries_the_redis_scripts(image_venv, tmp_path):
+    """The Lua scripts are package data: the image's install (not the checkout) finds them."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = (
+        "import mcp_sse_gateway.store.redis.lua as lua, json; "
+        "print(json.dumps([lua.__file__, sorted(lua.sources())]))"
+    )
+    out = subprocess.run(
+        [image_venv / "bin" / "python", "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    where, names = json.loads(out)
+    assert str(image_venv) in where
+    from mcp_sse_gateway.store.redis.lua import SCRIPT_NAMES
+
+    assert names == sorted(SCRIPT_NAMES)

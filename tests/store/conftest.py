@@ -15,6 +15,7 @@ import redis
 
 from mcp_sse_gateway.store.memory import MemoryStore
 from mcp_sse_gateway.store.redis import COMMAND_CONNECTIONS, RedisStore
+from mcp_sse_gateway.store.redis.connections import command_retry
 from tests.conftest import redis_server_executable
 from tests.support.redis_cluster import ClusterStartError, RedisClusterProcess
 
@@ -122,6 +123,7 @@ class Backend:
                 max_connections=COMMAND_CONNECTIONS,
                 socket_timeout=None,  # the store bounds its calls itself (cancel-safe)
             )
+            client.set_retry(command_retry())  # as from_url's: one repeat on a dropped connection
             self.clients.append(client)
             store = RedisStore(client, **bounds)
         else:

@@ -20,7 +20,6 @@ from redis.exceptions import ClusterError, MovedError
 from mcp_sse_gateway.config import StoreSettings
 from mcp_sse_gateway.errors import StoreUnavailable
 from mcp_sse_gateway.event_ids import new_life
-from mcp_sse_gateway.store.keys import SessionKeys, heartbeat_key
 from mcp_sse_gateway.store.redis import (
     CLIENT_NAME,
     CLUSTER_COMMAND_CONNECTIONS_PER_NODE,
@@ -29,6 +28,7 @@ from mcp_sse_gateway.store.redis import (
     SUBSCRIBER_CONNECTIONS,
     RedisStore,
 )
+from mcp_sse_gateway.store.redis.keys import SessionKeys, heartbeat_key
 from tests.store.conftest import DEADLINE_S, eventually, start_redis_cluster
 from tests.support.redis_cluster import RedisClusterProcess
 
@@ -115,7 +115,7 @@ async def stores(cluster_url: str) -> Any:
 
 
 async def parked(store: RedisStore, waiting: int) -> bool:
-    return store.waiting == waiting and store._subscribed.is_set()
+    return store.parked == waiting
 
 
 # Configuration ----------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ async def test_selected_by_config_alone(cluster_url, monkeypatch):
     assert settings.redis_cluster is True
     store = RedisStore.from_settings(settings)
     try:
-        assert isinstance(store._client, redis.asyncio.RedisCluster)
+        assert isinstance(store.clients.commands, redis.asyncio.RedisCluster)
         await store.ping()
         life = new_life()
         await store.create_stream("s", life, kind="request", owner="r1")
@@ -156,7 +156,7 @@ async def test_cluster_tls_url_builds_bounded_tls_clients():
         cluster=True,
     )
     try:
-        kwargs = store._client.connection_kwargs
+        kwargs = store.clients.commands.connection_kwargs
         assert kwargs["connection_class"] is SSLConnection
         assert (kwargs["ssl_ca_certs"], kwargs["username"], kwargs["password"]) == (
             "/etc/ca.pem",
@@ -165,7 +165,7 @@ async def test_cluster_tls_url_builds_bounded_tls_clients():
         )
         assert kwargs["max_connections"] == CLUSTER_COMMAND_CONNECTIONS_PER_NODE
         assert kwargs["client_name"] == CLIENT_NAME
-        subscription = store._pubsub_client.pubsub()
+        subscription = store.clients.subscriber.pubsub()
         pool = subscription.connection_pool
         assert pool.connection_class is SSLConnection
         assert pool.max_connections == SUBSCRIBER_CONNECTIONS
@@ -240,7 +240,7 @@ async def test_wake_ups_reach_a_subscriber_on_another_node_and_survive_its_loss(
     by_node = sessions_by_node(redis_cluster, per_node=1)
     probe = new_life()
     assert await reader.wait("probe", probe, 0, 0.01) is True  # unknown stream: starts subscribing
-    await eventually(reader._subscribed.is_set)
+    await eventually(lambda: reader.subscribed)
     [(subscribed_on, subscriber_id)] = await nodes.subscribers()
 
     async def woken_across_nodes(subscribed_on: int) -> None:
@@ -258,16 +258,44 @@ async def test_wake_ups_reach_a_subscriber_on_another_node_and_survive_its_loss(
     # Woken by messages: the subscription stayed where it was, on its one connection.
     assert await nodes.subscribers() == [(subscribed_on, subscriber_id)]
 
-    # The subscriber's connection dies: it subscribes again, on another node, and wakes again.
+    # The subscriber's connection dies: redis-py reconnects and subscribes again (the node is
+    # still there), and waiters are woken again.
     await nodes.clients[subscribed_on].client_kill_filter(_id=subscriber_id)
 
-    async def moved() -> bool:
+    async def resubscribed() -> bool:
         found = await nodes.subscribers()
-        return len(found) == 1 and found[0][0] != subscribed_on and reader._subscribed.is_set()
+        return len(found) == 1 and found[0][1] != subscriber_id and reader.subscribed
 
-    await eventually(moved)
+    await eventually(resubscribed)
     [(resubscribed_on, _)] = await nodes.subscribers()
     await woken_across_nodes(resubscribed_on)
+
+
+async def test_the_subscriber_moves_to_another_node_when_its_node_is_gone():
+    cluster = start_redis_cluster(node_timeout_ms=500)
+    admin = Nodes(cluster)
+    store = RedisStore.from_url(cluster.url, cluster=True)
+    try:
+        assert await store.wait("probe", new_life(), 0, 0.01) is True  # starts subscribing
+        await eventually(lambda: store.subscribed)
+        [(subscribed_on, _)] = await admin.subscribers()
+        cluster.stop_node(subscribed_on)
+        others = [client for index, client in enumerate(admin.clients) if index != subscribed_on]
+
+        async def moved() -> bool:
+            found = [
+                entry
+                for client in others
+                for entry in await client.client_list()
+                if entry.get("name") == CLIENT_NAME and "P" in entry.get("flags", "")
+            ]
+            return len(found) == 1 and store.subscribed
+
+        await eventually(moved, timeout_s=DEADLINE_S)
+    finally:
+        await store.close()
+        await admin.aclose()
+        cluster.close()
 
 
 # Bounded connections ----------------------------------------------------------------------------

@@ -26,15 +26,14 @@ from mcp_sse_gateway.errors import (
 )
 from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.base import session_digest
-from mcp_sse_gateway.store.keys import SessionKeys
 from mcp_sse_gateway.store.redis import (
     CLIENT_NAME,
     COMMAND_CONNECTIONS,
     COMMAND_TIMEOUT_S,
     MAX_CONNECTIONS_PER_PROCESS,
     RedisStore,
-    redact_url,
 )
+from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
 from tests.conftest import RedisServerProcess, redis_server_executable
 from tests.store.conftest import DEADLINE_S, eventually
 
@@ -50,15 +49,11 @@ async def outcome(call: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def parked(store: RedisStore, waiting: int) -> bool:
-    """*waiting* calls of wait() are registered, subscribed, and no command is in flight."""
-    pool = store._client.connection_pool
+    """*waiting* calls of wait() are parked on a wake-up, and no command is in flight."""
+    pool = store.clients.commands.connection_pool
     # A store given one client runs its subscription on one of that client's connections.
-    subscriber = 1 if store._pubsub_client is store._client else 0
-    return (
-        store.waiting == waiting
-        and store._subscribed.is_set()
-        and len(pool._in_use_connections) <= subscriber
-    )
+    subscriber = 1 if store.clients.subscriber is store.clients.commands else 0
+    return store.parked == waiting and len(pool._in_use_connections) <= subscriber
 
 
 async def store_connections(admin: Any) -> int:
@@ -211,7 +206,7 @@ async def test_a_wake_up_racing_the_check_is_not_missed(make_redis_store, monkey
     life = new_life()
     await store.create_stream("s", life, kind="request", owner="r1")
     assert await store.wait("s", life, 0, 0.01) is False
-    await eventually(store._subscribed.is_set)
+    await eventually(lambda: store.subscribed)
     check = store._has_news
     raced = []
 
@@ -231,9 +226,9 @@ async def test_only_watched_streams_publish_wake_ups(make_redis_store):
     store = make_redis_store()
     life = new_life()
     await store.create_stream("s", life, kind="request", owner="r1")
-    client = store._client
+    client = store.clients.commands
     pubsub = client.pubsub()
-    await pubsub.subscribe(store._channel)
+    await pubsub.subscribe(wake_channel(PREFIX))
     try:
         await pubsub.get_message(timeout=1)  # the subscribe confirmation
         await store.append("s", life, "unwatched", None)
@@ -269,6 +264,47 @@ async def test_replicas_share_streams_and_wake_ups(make_redis_store):
     assert sorted(await asyncio.gather(*calls)) == [False] * 19 + [True]
     result = await first.read("s", life, 0, 10)
     assert ([e.data for e in result.events], result.finished) == (["a", "err"], True)
+
+
+@pytest.mark.redis
+async def test_a_killed_subscription_comes_back_by_itself_and_wakes_again(redis_url):
+    """redis-py reconnects the dropped subscription and subscribes again (its own Retry); the
+    waiters are woken to look, and later appends wake them by message again."""
+    store = RedisStore.from_url(redis_url)
+    admin = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+
+    async def subscribers() -> list[str]:
+        return [
+            entry["id"]
+            for entry in await admin.client_list()
+            if entry.get("name") == CLIENT_NAME and "P" in entry.get("flags", "")
+        ]
+
+    try:
+        life = new_life()
+        await store.create_stream("s", life, kind="request", owner="r1")
+        waiter = asyncio.create_task(store.wait("s", life, 0, 60))
+        await eventually(lambda: parked(store, 1))
+        [first] = await subscribers()
+        with structlog.testing.capture_logs() as logs:
+            await admin.client_kill_filter(_id=first)
+            await store.append("s", life, "during", None)  # its wake-up may be lost
+            assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+
+            async def resubscribed() -> bool:
+                found = await subscribers()
+                return len(found) == 1 and found[0] != first and store.subscribed
+
+            await eventually(resubscribed)
+            waiter = asyncio.create_task(store.wait("s", life, 1, 60))
+            await eventually(lambda: parked(store, 1))
+            await store.append("s", life, "after", None)
+            assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        # A dropped connection on a live Redis is not an outage: nothing to report.
+        assert not [e for e in logs if e["event"].startswith("store.redis_")]
+    finally:
+        await store.close()
+        await admin.aclose()
 
 
 async def test_lost_events_end_the_stream_life_never_reusing_offsets(make_redis_store):
@@ -314,19 +350,36 @@ async def test_large_events_are_read_in_bounded_replies(make_redis_store):
 
 
 def _lose_first_reply(store, monkeypatch, script: str, *, applied: bool) -> list[str]:
-    """The next *script* call fails with a dropped connection, after (or before) Redis ran it."""
-    run_once = store._run_once
+    """The next *script* call's connection drops, after (or before) Redis ran it.
+
+    The drop happens below redis-py: its own repeat (on a new connection) is what is tested.
+    """
+    sha = store._scripts.sha(script).encode()
+    connection_class = store.clients.commands.connection_pool.connection_class
+    send, read = connection_class.send_packed_command, connection_class.read_response
     failures: list[str] = []
+    armed: list[Any] = []
 
-    async def flaky(name, *args):
-        if name == script and not failures:
-            failures.append(name)
-            if applied:
-                await run_once(name, *args)
-            raise redis.ConnectionError("connection closed by server")
-        return await run_once(name, *args)
+    async def flaky_send(self, command, *args, **kwargs):
+        packed = command if isinstance(command, bytes | bytearray) else b"".join(command)
+        if not failures and sha in packed:
+            failures.append(script)
+            if not applied:
+                await self.disconnect()
+                raise redis.ConnectionError("connection closed by server")  # never sent
+            armed.append(self)
+        return await send(self, command, *args, **kwargs)
 
-    monkeypatch.setattr(store, "_run_once", flaky)
+    async def flaky_read(self, *args, **kwargs):
+        reply = await read(self, *args, **kwargs)
+        if armed and armed[0] is self:
+            armed.clear()
+            await self.disconnect()
+            raise redis.ConnectionError("connection closed by server")  # the reply is lost
+        return reply
+
+    monkeypatch.setattr(connection_class, "send_packed_command", flaky_send)
+    monkeypatch.setattr(connection_class, "read_response", flaky_read)
     return failures
 
 
@@ -368,7 +421,7 @@ async def test_end_orphaned_repeated_after_a_lost_reply_still_reports_its_win(
     store = make_redis_store()
     life = new_life()
     await store.create_stream("s", life, kind="request", owner="dead")
-    _lose_first_reply(store, monkeypatch, "orphan", applied=True)
+    _lose_first_reply(store, monkeypatch, "end_orphaned", applied=True)
     assert await store.end_orphaned("s", life, ["err"]) is True
     assert await store.end_orphaned("s", life, ["err"]) is False
     result = await store.read("s", life, 0, 10)
@@ -491,7 +544,7 @@ async def test_outage_raises_store_unavailable_quickly_and_recovers_by_itself(pr
 
         private_redis.start()
         await eventually(lambda: _reachable(store))
-        await eventually(store._subscribed.is_set)
+        await eventually(lambda: store.subscribed)
         fresh = new_life()
         await store.create_stream("s", fresh, kind="request", owner="r1")
         waiter = asyncio.create_task(store.wait("s", fresh, 0, 60))
@@ -549,15 +602,6 @@ async def test_acl_user_and_password_never_logged():
 # Configuration ----------------------------------------------------------------------------------
 
 
-def test_redact_url_hides_passwords_only():
-    assert redact_url("redis://app:p%40ss@h:6379/0") == "redis://app:***@h:6379/0"
-    assert redact_url("rediss://:pw@h/1?ssl_ca_certs=/ca.pem&ssl_password=k") == (
-        "rediss://:***@h/1?ssl_ca_certs=%2Fca.pem&ssl_password=%2A%2A%2A"
-    )
-    assert redact_url("redis://h:6379") == "redis://h:6379"
-    assert redact_url("unix:///run/redis.sock?db=2") == "unix:///run/redis.sock?db=2"
-
-
 async def test_from_settings_builds_bounded_tls_connections():
     settings = StoreSettings(
         backend="redis",
@@ -567,7 +611,7 @@ async def test_from_settings_builds_bounded_tls_connections():
     )
     store = RedisStore.from_settings(settings)
     try:
-        pool = store._client.connection_pool
+        pool = store.clients.commands.connection_pool
         assert isinstance(pool, BlockingConnectionPool)
         assert pool.max_connections == COMMAND_CONNECTIONS  # the URL cannot raise the bound
         assert pool.connection_class is SSLConnection
@@ -578,10 +622,9 @@ async def test_from_settings_builds_bounded_tls_connections():
             2,
         )
         assert kwargs["socket_timeout"] is None
-        assert store._pubsub_client.connection_pool.max_connections == 1
+        assert store.clients.subscriber.connection_pool.max_connections == 1
         assert store._max_events == 7
-        assert store._channel == "gw:wake"
-        assert "pw" not in store._url
+        assert "pw" not in store.clients.url_for_logs
     finally:
         await store.close()  # nothing was connected
 

@@ -1,6 +1,6 @@
 """Every key the Redis store writes must expire: find the ones under a key prefix that do not.
 
-The Redis store promises a TTL on every key (see :mod:`mcp_sse_gateway.store.redis`); a key
+The Redis store promises a TTL on every key (see :mod:`mcp_sse_gateway.store.redis.store`); a key
 without one would stay in a shared Redis for ever. The ``gateway`` fixture of
 ``tests/conftest.py`` calls :func:`assert_every_key_expires` on the key prefixes of its gateways
 once they have shut down. Synchronous redis-py: it runs in a fixture's teardown.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcp_sse_gateway.cli import main
-from mcp_sse_gateway.config import DEFAULT_RETRY_MS, load_settings
+from mcp_sse_gateway.config import DEFAULT_RETRY_MS, load_settings, redact_url
 from mcp_sse_gateway.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
@@ -120,7 +120,7 @@ def test_upstream_credentials_are_redacted(capsys):
     assert main(["check-config", "--upstream", url]) == 0
     out = capsys.readouterr().out
     assert "abc" not in out
-    assert json.loads(out)["upstream"]["url"] == "http://127.0.0.1:3000/mcp?api_key=***&flag"
+    assert json.loads(out)["upstream"]["url"] == "http://127.0.0.1:3000/mcp?api_key=***&***"
 
 
 def test_upstream_url_with_userinfo_is_refused(capsys):
@@ -144,3 +144,17 @@ def test_non_json_list_in_environment_names_the_fix(monkeypatch):
 def test_check_config_refuses_what_serve_refuses(capsys):
     assert main(["check-config"]) == 2
     assert "upstream.url" in capsys.readouterr().err
+
+
+def test_one_redaction_for_upstream_and_redis_urls():
+    assert redact_url("redis://app:p%40ss@h:6379/0") == "redis://app:***@h:6379/0"
+    assert redact_url("rediss://:pw@h/1?ssl_ca_certs=/ca.pem&ssl_password=k") == (
+        "rediss://:***@h/1?ssl_ca_certs=***&ssl_password=***"
+    )
+    assert redact_url("redis://h:6379") == "redis://h:6379"
+    assert redact_url("unix:///run/redis.sock?db=2") == "unix:///run/redis.sock?db=***"
+    assert redact_url("https://u:t0k@[::1]:8443/mcp?key=abc&bare#frag") == (
+        "https://u:***@[::1]:8443/mcp?key=***&***"
+    )
+    assert redact_url("redis://:@h:1/0") == "redis://:***@h:1/0"  # an empty password
+    assert redact_url("http://[::1/broken") == "***"

@@ -1,0 +1,3 @@
+-- ARGV[7] life.
+drop(ARGV[7])
+return 1

@@ -1,0 +1,99 @@
+-- Shared by every script of the Redis event store (loaded in front of each one).
+--
+-- Every script gets KEYS[1] = the session's list of lives, KEYS[2] = its "fresh" marker, and
+-- ARGV[1..6] = meta prefix, stream prefix, open-stream TTL (ms), fresh-marker TTL (ms), wake
+-- channel, wake message prefix. Script-specific arguments start at ARGV[7]. Every key a script
+-- touches belongs to one session (one hash tag, so one Redis Cluster slot).
+
+local INDEX, FRESH = KEYS[1], KEYS[2]
+local META_PREFIX, STREAM_PREFIX = ARGV[1], ARGV[2]
+local KEEP_MS, FRESH_MS = tonumber(ARGV[3]), tonumber(ARGV[4])
+local CHANNEL, WAKE_PREFIX = ARGV[5], ARGV[6]
+
+-- Set while a reader waits on the stream through the store (any replica): only then is a
+-- wake-up published. A reader in the writer's own process follows its local feed instead.
+local function watch_key(life)
+  return META_PREFIX .. life .. ':watch'
+end
+
+local function wake(life)
+  if redis.call('EXISTS', watch_key(life)) == 1 then
+    redis.call('PUBLISH', CHANNEL, WAKE_PREFIX .. life)
+  end
+end
+
+-- Raise a key's TTL to at least ms (never lower it; a missing key stays missing).
+local function extend(key, ms)
+  local pttl = redis.call('PTTL', key)
+  if pttl == -1 or (pttl >= 0 and pttl < ms) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+local function keep_open(meta, stream)
+  redis.call('PEXPIRE', meta, KEEP_MS)
+  redis.call('PEXPIRE', stream, KEEP_MS)
+end
+
+-- The session was used: keep its list, and (at most once per FRESH_MS) every open stream.
+local function touch_session()
+  extend(INDEX, KEEP_MS)
+  if redis.call('EXISTS', FRESH) == 1 then
+    return
+  end
+  local lives = redis.call('LRANGE', INDEX, 0, -1)
+  if #lives == 0 then
+    return
+  end
+  for _, life in ipairs(lives) do
+    local meta = META_PREFIX .. life
+    local fin = redis.call('HGET', meta, 'fin')
+    if not fin then
+      redis.call('LREM', INDEX, 0, life)
+    elseif fin == '0' then
+      keep_open(meta, STREAM_PREFIX .. life)
+    end
+  end
+  redis.call('SET', FRESH, '1', 'PX', FRESH_MS)
+end
+
+local function drop(life)
+  local n = redis.call('DEL', META_PREFIX .. life, STREAM_PREFIX .. life)
+  redis.call('LREM', INDEX, 0, life)
+  if n > 0 then
+    wake(life)
+  end
+  redis.call('DEL', watch_key(life))
+end
+
+local function drop_all()
+  for _, life in ipairs(redis.call('LRANGE', INDEX, 0, -1)) do
+    drop(life)
+  end
+  redis.call('DEL', INDEX, FRESH)
+end
+
+local function add_event(meta, stream, max_events, data, has_event, event)
+  local last = redis.call('HINCRBY', meta, 'last', 1)
+  local id = string.format('0-%d', last)
+  if has_event == '1' then
+    redis.call('XADD', stream, 'MAXLEN', max_events, id, 'd', data, 'e', event)
+  else
+    redis.call('XADD', stream, 'MAXLEN', max_events, id, 'd', data)
+  end
+  if redis.call('PTTL', stream) == -1 then
+    -- first event of an already finished stream: it expires with its metadata
+    local ms = redis.call('PTTL', meta)
+    if ms < 1 then ms = KEEP_MS end
+    redis.call('PEXPIRE', stream, ms)
+  end
+  return last
+end
+
+local function finish(meta, stream, life, fin_ms)
+  redis.call('HSET', meta, 'fin', '1')
+  redis.call('PEXPIRE', meta, fin_ms)
+  redis.call('PEXPIRE', stream, fin_ms)
+  extend(INDEX, fin_ms)
+  wake(life)
+end

@@ -1,0 +1,2 @@
+drop_all()
+return 1

@@ -1,0 +1,408 @@
+"""The Redis event store: the production backend, shared by every replica (DESIGN D7).
+
+Data model (key names: :mod:`~mcp_sse_gateway.store.redis.keys`): one Redis stream per stream
+life with explicit sequential entry ids ``0-<offset>``, a metadata hash next to it (kind, owner,
+last offset, finished flag), a list of the session's lives, the session record, and one
+heartbeat key per replica. Every write is one Lua script (:mod:`~mcp_sse_gateway.store.redis.lua`),
+so it is atomic: ``append`` checks the stream exists, bumps the offset, adds the entry
+(``XADD``), trims to ``max_events_per_stream`` (exact ``MAXLEN``), refreshes TTLs and publishes
+a wake-up when a reader waits on the stream through the store.
+
+Gaps are never silent: the oldest stored offset is derived from the stream itself
+(``last - XLEN + 1``), so events that were trimmed, evicted or lost make a cursor before them
+raise :class:`~mcp_sse_gateway.errors.CursorGone`; a stream life whose metadata is gone (Redis
+restarted without persistence, TTL) raises :class:`~mcp_sse_gateway.errors.UnknownStream`.
+Events this process appended and Redis then lost drop the stream life
+(:mod:`~mcp_sse_gateway.store.redis.offsets`).
+
+Every key has a TTL. Session records: ``session_idle_ttl_s`` (tombstones 300 s). An open stream's
+keys and the session's list live ``session_idle_ttl_s`` to 1.1 times that after the session's last
+use (any stream operation or ``get_session(refresh=True)``): the stream being used is refreshed on
+every call, the other open streams of the session at most once per ``session_idle_ttl_s / 10``
+(a ``fresh`` marker key). A finished stream lives ``finished_stream_ttl_s`` from its terminal
+marker. Heartbeats: ``heartbeat_expiry_s``.
+
+The rest, one module each: connections, budgets, repeats and outages
+(:mod:`~mcp_sse_gateway.store.redis.connections`), wake-ups
+(:mod:`~mcp_sse_gateway.store.redis.wakeups`), liveness
+(:mod:`~mcp_sse_gateway.store.redis.liveness`), Redis Cluster
+(:mod:`~mcp_sse_gateway.store.redis.cluster`; every key of a session shares the hash tag
+``{<digest>}``, so every script runs on one node).
+
+Requires Redis ≥ 6.2 (``XRANGE`` exclusive ranges, ``SET … GET``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from mcp_sse_gateway.config import StoreSettings
+from mcp_sse_gateway.store.base import (
+    SessionRecord,
+)
+from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
+from mcp_sse_gateway.store.redis.connections import Clients, Outages, close_clients, open_clients
+from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
+from mcp_sse_gateway.store.redis.liveness import Liveness
+from mcp_sse_gateway.store.redis.lua import Scripts
+from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
+from mcp_sse_gateway.store.redis.streams import StreamStore, text
+from mcp_sse_gateway.store.redis.wakeups import Wakeups
+
+#: Tombstones only need to outlive a client's reconnection attempts (as in the memory store).
+TOMBSTONE_TTL_S = 300.0
+#: A waiter's mark on its stream (only watched streams publish wake-ups) outlives its wait by
+#: this much, seconds.
+WATCH_MARGIN_S = 1.0
+
+
+def _ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, at least 1 (a TTL of 0 would delete the key)."""
+    return max(1, round(seconds * 1000))
+
+
+class RedisStore(StreamStore):
+    """:class:`~mcp_sse_gateway.store.base.EventStore` in Redis, shared by all replicas.
+
+    Args:
+        client: command client. The store never opens more connections than its pool allows;
+            :meth:`from_url` builds one bounded as
+            :mod:`~mcp_sse_gateway.store.redis.connections` says. Give it a blocking pool (a
+            plain pool raises when exhausted) and ``socket_timeout=None`` (see
+            :data:`~mcp_sse_gateway.store.redis.connections.COMMAND_TIMEOUT_S`). A Redis Cluster
+            client (:class:`~mcp_sse_gateway.store.redis.cluster.BoundedRedisCluster`) needs
+            *pubsub_client*.
+        pubsub_client: client whose pool provides the subscriber's one connection; defaults to
+            *client* (then the subscriber takes one of its pooled connections). In Redis
+            Cluster, a :class:`~mcp_sse_gateway.store.redis.cluster.ClusterSubscriber`.
+        key_prefix: prefix of every key and of the wake-up channel.
+        session_idle_ttl_s: a session (record and open streams) expires this many seconds
+            after its last use.
+        max_events_per_stream: events kept per stream; older ones are trimmed.
+        max_streams_per_session: stream lives kept per session.
+        finished_stream_ttl_s: a finished stream stays replayable this many seconds.
+        heartbeat_expiry_s: a replica's heartbeat key lives this many seconds.
+        close_clients: :meth:`close` also closes the clients (true when the store built them).
+        url_for_logs: where Redis is, for log lines; must already be redacted.
+
+    Every method is safe to cancel: each change is one script, applied entirely or not at all,
+    and a cancelled :meth:`wait` leaves nothing registered. Every method may raise
+    :class:`~mcp_sse_gateway.errors.StoreUnavailable`, within the command timeout.
+    """
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        *,
+        pubsub_client: Redis | ClusterSubscriber | None = None,
+        key_prefix: str = "mcp-sse-gateway",
+        session_idle_ttl_s: float = 3600.0,
+        max_events_per_stream: int = 10_000,
+        max_streams_per_session: int = 100,
+        finished_stream_ttl_s: float = 300.0,
+        heartbeat_expiry_s: float = 15.0,
+        close_clients: bool = False,
+        url_for_logs: str = "",
+    ) -> None:
+        if pubsub_client is None and isinstance(client, RedisCluster):
+            raise ValueError("a Redis Cluster client needs a pubsub_client (ClusterSubscriber)")
+        subscriber = pubsub_client if pubsub_client is not None else client
+        self._clients = Clients(client, subscriber, url_for_logs)
+        self._client = client
+        idle_ms = _ms(session_idle_ttl_s)
+        self._idle_ms = idle_ms
+        self._close_clients = close_clients
+        outages, written = Outages(url_for_logs), WrittenOffsets()
+        scripts = Scripts(
+            client,
+            keep_ms=idle_ms + max(1, idle_ms // 10),
+            fresh_ms=max(1, idle_ms // 10),
+            channel=wake_channel(key_prefix),
+        )
+        super().__init__(
+            scripts,
+            outages,
+            written,
+            prefix=key_prefix,
+            max_events=max_events_per_stream,
+            max_streams=max_streams_per_session,
+            finished_ms=_ms(finished_stream_ttl_s),
+        )
+        self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
+        self._liveness = Liveness(
+            client,
+            self._scripts,
+            self._outages,
+            self._written,
+            prefix=key_prefix,
+            heartbeat_ms=_ms(heartbeat_expiry_s),
+            max_events=max_events_per_stream,
+            finished_ms=self._finished_ms,
+        )
+
+    # Construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key_prefix: str = "mcp-sse-gateway",
+        session_idle_ttl_s: float = 3600.0,
+        max_events_per_stream: int = 10_000,
+        max_streams_per_session: int = 100,
+        finished_stream_ttl_s: float = 300.0,
+        heartbeat_expiry_s: float = 15.0,
+        cluster: bool = False,
+    ) -> RedisStore:
+        """A store with its own bounded connections to the Redis at *url* (none opened yet).
+
+        Args:
+            url: ``redis://``, ``rediss://`` or ``unix://`` URL (see
+                :mod:`~mcp_sse_gateway.store.redis.connections`); with *cluster*, ``redis://``
+                or ``rediss://`` of one node of the cluster.
+            key_prefix: prefix of every key.
+            session_idle_ttl_s: see the class.
+            max_events_per_stream: see the class.
+            max_streams_per_session: see the class.
+            finished_stream_ttl_s: see the class.
+            heartbeat_expiry_s: see the class.
+            cluster: *url* names a node of a Redis Cluster.
+
+        Returns:
+            The store; :meth:`close` closes its connections.
+
+        Raises:
+            ValueError: the URL is malformed or of another scheme (with *cluster*: a
+                ``unix://`` URL or a database other than 0).
+        """
+        clients = open_clients(url, cluster=cluster)
+        return cls(
+            clients.commands,
+            pubsub_client=clients.subscriber,
+            key_prefix=key_prefix,
+            session_idle_ttl_s=session_idle_ttl_s,
+            max_events_per_stream=max_events_per_stream,
+            max_streams_per_session=max_streams_per_session,
+            finished_stream_ttl_s=finished_stream_ttl_s,
+            heartbeat_expiry_s=heartbeat_expiry_s,
+            close_clients=True,
+            url_for_logs=clients.url_for_logs,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: StoreSettings) -> RedisStore:
+        """A store bounded as ``[store]`` says (``redis_url`` required).
+
+        Raises:
+            ValueError: ``store.redis_url`` is not set or malformed.
+        """
+        if settings.redis_url is None:
+            raise ValueError("store.redis_url is required for the redis backend")
+        return cls.from_url(
+            settings.redis_url.get_secret_value(),
+            key_prefix=settings.key_prefix,
+            session_idle_ttl_s=settings.session_idle_ttl_s,
+            max_events_per_stream=settings.max_events_per_stream,
+            max_streams_per_session=settings.max_streams_per_session,
+            finished_stream_ttl_s=settings.finished_stream_ttl_s,
+            heartbeat_expiry_s=settings.heartbeat_expiry_s,
+            cluster=settings.redis_cluster,
+        )
+
+    @property
+    def clients(self) -> Clients:
+        """The command client and the subscriber's client."""
+        return self._clients
+
+    @property
+    def waiting(self) -> int:
+        """Calls of :meth:`wait` in progress in this process."""
+        return self._wakeups.waiting
+
+    @property
+    def parked(self) -> int:
+        """Calls of :meth:`wait` that looked at their stream and now wait for a wake-up."""
+        return self._wakeups.parked
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether this process's wake-up subscription is in place."""
+        return self._wakeups.subscribed
+
+    # Sessions ---------------------------------------------------------------------------------
+
+    async def record_session(
+        self, session_id: str, protocol_version: str, *, auth: str = ""
+    ) -> None:
+        """Record (or refresh) a session's negotiated protocol version and creator binding.
+
+        The record lives ``session_idle_ttl_s`` seconds from now (a tombstone is overwritten).
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("record_session"):
+            await self._scripts.run(
+                "record_session", keys, [keys.session], [protocol_version, self._idle_ms, auth]
+            )
+
+    async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
+        """The session's record, or None when there is none (never recorded, or expired).
+
+        Args:
+            session_id: the raw ``Mcp-Session-Id`` (only its digest reaches Redis).
+            refresh: client traffic: a live, non-deleted record's idle TTL restarts, and so do
+                the TTLs of the session's open streams.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("get_session"):
+            found = await self._scripts.run(
+                "get_session", keys, [keys.session], ["1" if refresh else "0", self._idle_ms]
+            )
+        if found is None:
+            return None
+        return SessionRecord(
+            keys.digest,
+            text(found[0]),
+            deleted=text(found[1]) == "1",
+            auth=text(found[2]) if len(found) > 2 else "",  # noqa: PLR2004 - {v, d, a}
+        )
+
+    async def tombstone_session(self, session_id: str) -> None:
+        """Mark the session deleted for :data:`TOMBSTONE_TTL_S` seconds and drop its streams.
+
+        Waiters of the dropped streams are woken.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("tombstone_session"):
+            await self._scripts.run(
+                "tombstone_session", keys, [keys.session], [_ms(TOMBSTONE_TTL_S)]
+            )
+        self._written.forget(keys.digest)
+
+    async def purge_session(self, session_id: str) -> None:
+        """Drop every stream of the session; waiters are woken. Idempotent.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("purge_session"):
+            await self._scripts.run("purge_session", keys)
+        self._written.forget(keys.digest)
+
+    # Waiting ----------------------------------------------------------------------------------
+
+    async def wait(self, session_id: str, life: str, after: int, timeout_s: float) -> bool:
+        """Wait until an event after *after* is stored, or the stream finished or was dropped.
+
+        Holds no Redis connection while waiting: the process's wake-up subscription wakes it
+        (:mod:`~mcp_sse_gateway.store.redis.wakeups`). The stream is checked once the waiter is
+        registered (so a wake-up published before is not missed) and again after each new
+        subscription.
+
+        Args:
+            session_id: the raw session id.
+            life: the stream life.
+            after: the reader's cursor.
+            timeout_s: the longest wait, seconds (each check of the stream adds at most one
+                command round trip, bounded by the command timeout).
+
+        Returns:
+            True when woken by one of those (or by :meth:`close`), False when *timeout_s*
+            seconds passed first. Safe to cancel.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached to check the stream.
+        """
+        keys = self._keys(session_id)
+        return await self._wakeups.wait(
+            (keys.digest, life),
+            lambda wait_s: self._has_news(keys, life, after, wait_s),
+            timeout_s,
+        )
+
+    async def _has_news(self, keys: SessionKeys, life: str, after: int, wait_s: float) -> bool:
+        """Whether the stream moved past *after*; else marks it watched for *wait_s* (+1 s)."""
+        async with self._outages.guard("wait"):
+            reply = await self._scripts.run(
+                "watch",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                [life, _ms(wait_s + WATCH_MARGIN_S)],
+            )
+        return reply is None or int(reply[0]) > after or bool(reply[1])
+
+    # Liveness (DESIGN D7; :mod:`~mcp_sse_gateway.store.redis.liveness`) ----------------------
+
+    async def heartbeat(self, replica_id: str) -> None:
+        """Write this replica's heartbeat key; call it every ``heartbeat_s``.
+
+        See :meth:`~mcp_sse_gateway.store.redis.liveness.Liveness.heartbeat`.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        await self._liveness.heartbeat(replica_id)
+
+    async def replica_alive(self, replica_id: str) -> bool:
+        """Whether *replica_id* beat within ``heartbeat_expiry_s``.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        return await self._liveness.replica_alive(replica_id)
+
+    async def end_orphaned(
+        self, session_id: str, life: str, error_datas: Sequence[str] | None = None
+    ) -> bool:
+        """End a stream whose owner replica is dead, exactly once across all replicas.
+
+        Args:
+            session_id: the raw session id.
+            life: the stream life.
+            error_datas: the SSE data of each error event (JSON-RPC error responses), appended
+                before the terminal marker; None appends the stream's stored pending ones.
+
+        Returns:
+            True only for the one caller that ended the stream; False when the stream does not
+            exist, is finished, or its owner is alive.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        return await self._liveness.end_orphaned(self._keys(session_id), life, error_datas)
+
+    # Lifecycle --------------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Return when Redis answers ``PING``.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        async with self._outages.guard("ping"):
+            await self._client.ping()
+
+    async def close(self) -> None:
+        """Stop the subscriber, wake every waiter, release connections. Idempotent.
+
+        Later calls of other methods raise StoreUnavailable.
+        """
+        if self._outages.closed:
+            return
+        self._outages.closed = True
+        await self._wakeups.close()
+        if self._close_clients:
+            await close_clients(self._clients)

@@ -1,0 +1,295 @@
+"""Stream reads and writes of the Redis event store: one script per call (DESIGN D7).
+
+:class:`StreamStore` is the stream half of :class:`~mcp_sse_gateway.store.redis.RedisStore`:
+creating a stream life (bounded per session, evicting only the creator's finished streams),
+appending (idempotent on repeat, lost events detected), finishing, reading (bounded replies) and
+metadata. The scripts are in ``scripts/`` (:mod:`~mcp_sse_gateway.store.redis.lua`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any, cast
+
+import structlog
+
+from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
+from mcp_sse_gateway.store.base import ReadResult, StoredEvent, StreamInfo, StreamKind
+from mcp_sse_gateway.store.redis.connections import Outages
+from mcp_sse_gateway.store.redis.keys import SessionKeys
+from mcp_sse_gateway.store.redis.lua import Scripts
+from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
+
+log = structlog.get_logger("mcp_sse_gateway.store")
+
+#: Bytes of event data one ``read`` returns at most (always at least one event, whatever its size).
+READ_MAX_BYTES = 4 * 1024 * 1024
+
+#: Replies of the append and read scripts.
+UNKNOWN = -1
+LOST = -2
+
+
+def join_datas(datas: Sequence[str]) -> str:
+    """Datas as one field value, LF-separated (each is single-line JSON)."""
+    if any("\n" in data for data in datas):
+        raise ValueError("pending error datas must be single lines")
+    return "\n".join(datas)
+
+
+def text(value: bytes | str) -> str:
+    """A reply value as ``str``."""
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+class StreamStore:
+    """The stream operations of a Redis event store.
+
+    Args:
+        scripts: the store's scripts.
+        outages: the store's guard.
+        written: the store's offsets.
+        prefix: the key prefix.
+        max_events: events kept per stream.
+        max_streams: stream lives kept per session.
+        finished_ms: a finished stream's TTL, ms.
+    """
+
+    def __init__(
+        self,
+        scripts: Scripts,
+        outages: Outages,
+        written: WrittenOffsets,
+        *,
+        prefix: str,
+        max_events: int,
+        max_streams: int,
+        finished_ms: int,
+    ) -> None:
+        self._scripts = scripts
+        self._outages = outages
+        self._written = written
+        self._prefix = prefix
+        self._max_events = max_events
+        self._max_streams = max_streams
+        self._finished_ms = finished_ms
+        self._read_max_bytes = READ_MAX_BYTES
+
+    def _keys(self, session_id: str) -> SessionKeys:
+        return SessionKeys.of(self._prefix, session_id)
+
+    async def drop_stream(self, session_id: str, life: str) -> None:
+        """Forget one stream life; its waiters are woken. Idempotent.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("drop_stream"):
+            await self._scripts.run("drop_stream", keys, (), [life])
+        self._written.forget(keys.digest, life)
+
+    async def create_stream(
+        self,
+        session_id: str,
+        life: str,
+        *,
+        kind: StreamKind,
+        owner: str,
+        pending: Sequence[str] = (),
+        start_after: int = 0,
+        auth: str = "",
+        creator: str = "",
+    ) -> None:
+        """Store a new stream life's metadata (before its priming event leaves).
+
+        Args:
+            session_id: the raw session id.
+            life: the new stream life (32 hex digits); an existing one is replaced.
+            kind: ``request`` or ``standalone``.
+            owner: the replica whose pump writes the stream (see :meth:`end_orphaned`).
+            pending: error datas :meth:`end_orphaned` appends if the owner dies first (one
+                JSON-RPC error response per request id; single-line JSON).
+            start_after: the first event gets offset ``start_after + 1`` (a re-created stream
+                life starts after every offset its earlier incarnation used).
+            auth: the encoded binding of the creating request's credentials (no secret).
+            creator: their digest: only finished streams of the same creator are evicted to
+                make room (any, when ``""``).
+
+        Raises:
+            StoreLimitExceeded: the session already holds ``max_streams_per_session``
+                streams and none is a finished one of this creator (those are evicted to make
+                room first, oldest first).
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("create_stream"):
+            created = await self._scripts.run(
+                "create_stream",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                [
+                    life,
+                    kind,
+                    owner,
+                    self._max_streams,
+                    join_datas(pending),
+                    start_after,
+                    auth,
+                    creator,
+                ],
+            )
+        if not created:
+            log.warning("store.streams_per_session_limit", limit=self._max_streams)
+            raise StoreLimitExceeded("too many open streams in this session")
+        self._written.track(keys.digest, life, 0)
+
+    async def append(
+        self,
+        session_id: str,
+        life: str,
+        data: str,
+        event: str | None,
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
+        """Append one event: :meth:`append_many` with one event; returns its offset."""
+        return await self.append_many(session_id, life, [(data, event)], pending=pending)
+
+    async def append_many(
+        self,
+        session_id: str,
+        life: str,
+        events: Sequence[tuple[str, str | None]],
+        *,
+        pending: Sequence[str] | None = None,
+    ) -> int:
+        """Append events in order and wake their readers, atomically (one script, one wake-up).
+
+        Args:
+            session_id: the raw session id.
+            life: the stream life.
+            events: ``(data, event type or None)`` pairs, at least one (each data's size is
+                bounded upstream by ``max_event_bytes``).
+            pending: when given, replaces the stream's pending error datas in the same script
+                (the events answered requests; see :meth:`end_orphaned`).
+
+        Returns:
+            The offset of the last event (the first one's is ``len(events) - 1`` less).
+
+        Raises:
+            UnknownStream: the stream life does not exist (expired, purged, or lost by Redis),
+                or events this process appended were lost (the life is then dropped).
+            StoreUnavailable: Redis cannot be reached (the events may or may not be stored).
+        """
+        if not events:
+            raise ValueError("append_many needs at least one event")
+        keys = self._keys(session_id)
+        expected = self._written.expected(keys.digest, life)
+        # A repeat after a lost reply carries the same token: the script recognises an applied
+        # first attempt (unless another append to the stream came in between), never storing
+        # the events twice.
+        token = secrets.token_hex(8)
+        args: list[Any] = [
+            life,
+            self._max_events,
+            expected,
+            token,
+            "0" if pending is None else "1",
+            "" if pending is None else join_datas(pending),
+        ]
+        for data, event in events:
+            args += (data, "" if event is None else "=" + event)
+        async with self._outages.guard("append"):
+            offset, trimmed = await self._scripts.run(
+                "append", keys, [keys.meta(life), keys.stream(life)], args
+            )
+        if offset == LOST:
+            log.error("store.stream_lost", session=keys.digest, expected_offset=expected)
+            self._written.forget(keys.digest, life)
+            raise UnknownStream("events of this stream life were lost by the store")
+        if offset == UNKNOWN:
+            self._written.forget(keys.digest, life)
+            raise UnknownStream
+        if trimmed:
+            log.warning("store.stream_trimmed", limit_events=self._max_events)
+        if expected >= 0:
+            self._written.track(keys.digest, life, offset)
+        return int(offset)
+
+    async def finish(self, session_id: str, life: str) -> None:
+        """Append the terminal marker and wake readers. Idempotent; no-op on unknown streams.
+
+        The stream then stays replayable ``finished_stream_ttl_s`` seconds.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("finish"):
+            await self._scripts.run(
+                "finish", keys, [keys.meta(life), keys.stream(life)], [life, self._finished_ms]
+            )
+        self._written.forget(keys.digest, life)
+
+    async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
+        """Events with offsets after *after*, oldest first, at most *limit* (one script).
+
+        Fewer than *limit* may come back while more are stored: a reply carries at most
+        :data:`READ_MAX_BYTES` of event data (but always one event). Read again from the last
+        offset returned.
+
+        Raises:
+            UnknownStream: no such stream life under this session.
+            CursorGone: the event at ``after + 1`` is no longer stored (trimmed, evicted, lost),
+                or *after* is beyond the last offset.
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("read"):
+            reply = await self._scripts.run(
+                "read",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                [after, max(0, limit), self._read_max_bytes],
+            )
+        if reply[0] == UNKNOWN:
+            raise UnknownStream
+        if reply[0] == LOST:
+            raise CursorGone
+        finished, last, flat = reply
+        events = [
+            StoredEvent(
+                after + 1 + index,
+                text(data),
+                None if not event else text(event)[1:],
+            )
+            for index, (data, event) in enumerate(zip(flat[::2], flat[1::2], strict=True))
+        ]
+        reached = events[-1].offset if events else after
+        return ReadResult(events, bool(finished) and reached >= last)
+
+    async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
+        """The stream life's metadata, or None when it does not exist under this session.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached.
+        """
+        keys = self._keys(session_id)
+        async with self._outages.guard("stream_info"):
+            reply = await self._scripts.run(
+                "stream_info", keys, [keys.meta(life), keys.stream(life)]
+            )
+        if reply is None:
+            return None
+        kind, owner, last, finished, stored, binding = reply
+        return StreamInfo(
+            life=life,
+            kind=cast("StreamKind", text(kind)),
+            first_offset=int(last) - int(stored) + 1,
+            last_offset=int(last),
+            finished=bool(finished),
+            owner=text(owner),
+            auth=text(binding),
+        )
