@@ -68,6 +68,10 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_HEADERS_TIMEOUT_S = 300.0
 DEFAULT_REPLAY_BATCH_EVENTS = 1000
 DEFAULT_REPLAY_MAX_PASSES = 16
+#: Redis store: see ``StoreSettings.stall_timeout_s`` (DESIGN D7, slow is not down).
+DEFAULT_STALL_TIMEOUT_S = 5.0
+#: Redis store: see ``StoreSettings.max_queued_calls``.
+DEFAULT_MAX_QUEUED_CALLS = 10_000
 DEFAULT_SLOW_READER_CUT_S = 10.0
 #: Names a browser on this machine can reach the gateway by; anything else is DNS rebinding.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -284,6 +288,17 @@ class StoreSettings(_Section):
     )
     replay_batch_events: int = Field(default=DEFAULT_REPLAY_BATCH_EVENTS, gt=0)
     replay_max_passes: int = Field(default=DEFAULT_REPLAY_MAX_PASSES, gt=0)
+    stall_timeout_s: PositiveSeconds = Field(
+        default=DEFAULT_STALL_TIMEOUT_S,
+        description="Redis store: how long Redis may leave a command unanswered before it "
+        "counts as down, seconds (waiting in the replica's call queue does not count).",
+    )
+    max_queued_calls: int = Field(
+        default=DEFAULT_MAX_QUEUED_CALLS,
+        gt=0,
+        description="Redis store: calls waiting for a connection, per replica, beyond which new "
+        "requests get 503 + Retry-After (running streams always wait their turn).",
+    )
 
     @field_validator("redis_url")
     @classmethod

@@ -23,6 +23,7 @@
     │                                authorize a resume (5xx, timeout, unreachable)
     ├── StoreError
     │   ├── StoreUnavailable         503 + Retry-After: the event store is needed but down
+    │   │   └── StoreBusy            503 + Retry-After: too many store calls queued (new work)
     │   └── StoreLimitExceeded       a bound of D7 was hit (streams per session, event size)
     ├── StreamError                  400: a Last-Event-ID that cannot be resumed, never echoed
     │   ├── InvalidEventId           not an id this gateway mints
@@ -128,6 +129,13 @@ class StoreError(GatewayError):
 
 class StoreUnavailable(StoreError):
     """Raised when the event store is needed to answer a request but cannot be reached."""
+
+
+class StoreBusy(StoreUnavailable):
+    """Raised for new work while the store's call queue is full (DESIGN D7: slow is not down).
+
+    Answered like an outage (503 + ``Retry-After``); nothing already running is affected.
+    """
 
 
 class StoreLimitExceeded(StoreError):

@@ -8,7 +8,12 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from mcp_sse_gateway.store.base import StoreObserver
+
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+#: Buckets of the store timings, seconds: from a loopback round trip to a stall.
+STORE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class Metrics:
@@ -84,6 +89,27 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.store_queue_depth = Gauge(
+            "mcp_sse_gateway_store_queue_depth",
+            "Redis store calls waiting for a connection now (this replica).",
+            registry=self.registry,
+        )
+        self.store_queue_wait_seconds = Histogram(
+            "mcp_sse_gateway_store_queue_wait_seconds",
+            "Time a Redis store call waited for a connection, seconds, by store operation.",
+            ["operation"],
+            buckets=STORE_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.store_round_trip_seconds = Histogram(
+            "mcp_sse_gateway_store_round_trip_seconds",
+            "Time a Redis store call held its connection (commands and replies), seconds, by "
+            "store operation.",
+            ["operation"],
+            buckets=STORE_BUCKETS_S,
+            registry=self.registry,
+        )
+
         self.auth_probes = Counter(
             "mcp_sse_gateway_auth_probes_total",
             "Upstream authorization probes of resumes, by outcome (ok, 401, 403, 404, 429, "
@@ -109,6 +135,17 @@ class Metrics:
             "mcp_sse_gateway_auth_probe_seconds",
             "Duration of one upstream authorization probe, seconds.",
             registry=self.registry,
+        )
+
+    def store_observer(self) -> StoreObserver:
+        """The store's call timings, as the two store histograms."""
+        return StoreObserver(
+            queue_wait=lambda operation, seconds: self.store_queue_wait_seconds.labels(
+                operation
+            ).observe(seconds),
+            round_trip=lambda operation, seconds: self.store_round_trip_seconds.labels(
+                operation
+            ).observe(seconds),
         )
 
     def render(self) -> bytes:

@@ -142,6 +142,11 @@ class RedisServerProcess:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id (for SIGSTOP / SIGCONT)."""
+        return int(self._process.pid)
+
     def start(self) -> None:
         import subprocess
         import tempfile

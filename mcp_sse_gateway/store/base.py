@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
@@ -91,6 +91,24 @@ class ReadResult:
 
     events: list[StoredEvent]
     finished: bool
+
+
+def _ignore(_operation: str, _seconds: float) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreObserver:
+    """What a store reports of its calls (the gateway turns these into metrics).
+
+    Attributes:
+        queue_wait: ``(operation, seconds)``: how long a call waited for a connection.
+        round_trip: ``(operation, seconds)``: how long a call then held it (its commands and
+            their replies).
+    """
+
+    queue_wait: Callable[[str, float], None] = _ignore
+    round_trip: Callable[[str, float], None] = _ignore
 
 
 class EventStore(Protocol):

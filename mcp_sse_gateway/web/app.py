@@ -47,11 +47,13 @@ READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 
 
-def _default_store(settings: Settings) -> EventStore:
+def _default_store(settings: Settings, metrics: Metrics) -> EventStore:
     if settings.store.backend == "redis":
         from mcp_sse_gateway.store.redis import RedisStore  # noqa: PLC0415 - only when chosen
 
-        return RedisStore.from_settings(settings.store)
+        store = RedisStore.from_settings(settings.store, observer=metrics.store_observer())
+        metrics.store_queue_depth.set_function(lambda: store.queued)
+        return store
     return MemoryStore.from_settings(settings.store)
 
 
@@ -80,8 +82,8 @@ def create_app(
         client_max_size=settings.server.max_body_bytes,
     )
     app[SETTINGS] = settings
-    app[STORE] = store if store is not None else _default_store(settings)
     app[METRICS] = metrics if metrics is not None else Metrics()
+    app[STORE] = store if store is not None else _default_store(settings, app[METRICS])
     app[STATE] = GatewayState()
     app[REGISTRY] = Registry()
     app[REPLICA_ID] = secrets.token_hex(8)

@@ -23,7 +23,7 @@ from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.redis import (
     CLIENT_NAME,
     CLUSTER_COMMAND_CONNECTIONS_PER_NODE,
-    COMMAND_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
     MAX_CLUSTER_CONNECTIONS_PER_NODE,
     SUBSCRIBER_CONNECTIONS,
     RedisStore,
@@ -361,7 +361,7 @@ async def test_unreachable_cluster_raises_store_unavailable_quickly():
             await store.ping()
         with pytest.raises(StoreUnavailable):
             await store.create_stream("s", new_life(), kind="request", owner="r1")
-        assert loop.time() - started < 2 * COMMAND_TIMEOUT_S
+        assert loop.time() - started < 2 * DEFAULT_STALL_TIMEOUT_S
     finally:
         await store.close()
 

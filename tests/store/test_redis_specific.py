@@ -29,7 +29,7 @@ from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.store.redis import (
     CLIENT_NAME,
     COMMAND_CONNECTIONS,
-    COMMAND_TIMEOUT_S,
+    DEFAULT_STALL_TIMEOUT_S,
     MAX_CONNECTIONS_PER_PROCESS,
     RedisStore,
 )
@@ -539,7 +539,7 @@ async def test_outage_raises_store_unavailable_quickly_and_recovers_by_itself(pr
                     await call()
                 timings[name] = time.monotonic() - started
         print("outage timings (s):", {k: round(v, 4) for k, v in timings.items()})
-        assert max(timings.values()) < COMMAND_TIMEOUT_S
+        assert max(timings.values()) < DEFAULT_STALL_TIMEOUT_S
         assert [e["event"] for e in logs].count("store.redis_unavailable") == 1
 
         private_redis.start()
@@ -676,3 +676,36 @@ async def test_memory_per_stored_event(redis_url):
         f"used_memory delta {(after - before) / EVENTS:.1f} B/event, metadata {meta_bytes} B"
     )
     assert 200 <= per_event < 300
+
+
+# The replica's session cache (local_cache.py) --------------------------------------------------
+
+
+async def test_a_delete_is_seen_at_once_here_and_within_the_cache_bound_elsewhere(
+    make_redis_store,
+):
+    here, there = make_redis_store(), make_redis_store()  # two replicas
+    await here.record_session("s", "2025-11-25")
+    assert (await there.get_session("s")).deleted is False  # cached on the other replica
+    await here.tombstone_session("s")
+    assert (await here.get_session("s")).deleted is True  # at once on this replica
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def deleted_there() -> bool:
+        record = await there.get_session("s")
+        return record is not None and record.deleted
+
+    await eventually(deleted_there)
+    assert loop.time() - started <= 1.0 + 0.5  # the cache's bound, plus scheduling
+
+
+async def test_client_traffic_refreshes_the_session_even_after_a_quiet_lookup(make_redis_store):
+    store, creator = make_redis_store(session_idle_ttl_s=60), make_redis_store()
+    admin = make_redis_store.admin()
+    await creator.record_session("s", "2025-11-25")  # on another replica: nothing cached here
+    key = SessionKeys.of(PREFIX, "s").session
+    await admin.pexpire(key, 30_000)  # as if half the idle time had passed
+    assert await store.get_session("s", refresh=False) is not None  # a watchdog's lookup
+    assert await store.get_session("s", refresh=True) is not None  # a client request
+    assert await admin.pttl(key) > 50_000

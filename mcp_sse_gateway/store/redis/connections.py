@@ -17,9 +17,8 @@ connect times out fails after :data:`CONNECT_TIMEOUT_S`, not twice that. In Redi
 cluster client repeats once after ``ConnectionError``, ``TimeoutError`` or ``CLUSTERDOWN``, with
 the topology discovered again.
 
-:class:`Outages` maps "Redis cannot serve this now" to
-:class:`~mcp_sse_gateway.errors.StoreUnavailable` within :data:`COMMAND_TIMEOUT_S` and logs each
-outage and recovery once.
+How calls wait for these connections, and when a late answer counts as an outage:
+:mod:`~mcp_sse_gateway.store.redis.calls`.
 
 URLs: ``redis://[user:password@]host:port/db``, ``rediss://…`` (TLS; a private CA is given as
 ``?ssl_ca_certs=/path/ca.pem``, client certificates as ``ssl_certfile``/``ssl_keyfile``) or
@@ -28,13 +27,10 @@ URLs: ``redis://[user:password@]host:port/db``, ``rediss://…`` (TLS; a private
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -43,15 +39,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 
 from mcp_sse_gateway.config import redact_url
-from mcp_sse_gateway.errors import StoreUnavailable
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber, cluster_client
 from mcp_sse_gateway.store.redis.wakeups import (
     SUBSCRIBER_BACKOFF_S,
     SUBSCRIBER_PING_S,
     SUBSCRIBER_REPEATS,
 )
-
-log = structlog.get_logger("mcp_sse_gateway.store")
 
 #: Command connections per process (a blocking pool: a burst queues instead of connecting more).
 COMMAND_CONNECTIONS = 8
@@ -69,11 +62,6 @@ MAX_CLUSTER_CONNECTIONS_PER_NODE = CLUSTER_COMMAND_CONNECTIONS_PER_NODE + SUBSCR
 POOL_WAIT_S = 5.0
 #: TCP (and TLS) connect timeout, seconds: an unreachable Redis fails fast.
 CONNECT_TIMEOUT_S = 2.0
-#: Bound on one store call (waiting for a pooled connection, connecting, the commands and their
-#: replies), seconds. Enforced by :class:`Outages` with :func:`asyncio.timeout`, not by
-#: redis-py's ``socket_timeout``: on Python 3.11 the latter's write path (``asyncio.wait_for``)
-#: can swallow a cancellation, and every store method must be safe to cancel.
-COMMAND_TIMEOUT_S = 5.0
 #: Times redis-py sends a command again, at once, after its connection failed.
 COMMAND_REPEATS = 1
 #: Name of this store's connections in ``CLIENT LIST``.
@@ -130,7 +118,9 @@ def connection_options(url: str) -> dict[str, Any]:
     """
     options: dict[str, Any] = {
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
-        "socket_timeout": None,  # see COMMAND_TIMEOUT_S
+        # Calls are bounded by the store (calls.py) with asyncio.timeout: on Python 3.11 the
+        # socket_timeout's write path (asyncio.wait_for) can swallow a cancellation.
+        "socket_timeout": None,
         "socket_keepalive": True,
         "client_name": CLIENT_NAME,
         "retry": command_retry(),
@@ -184,55 +174,6 @@ def open_clients(url: str, *, cluster: bool = False) -> Clients:
     )
     wakeups = ConnectionPool(max_connections=SUBSCRIBER_CONNECTIONS, **subscriber_options(options))
     return Clients(Redis.from_pool(pool), Redis.from_pool(wakeups), redact_url(url))
-
-
-class Outages:
-    """Bounds store calls and maps Redis outages to StoreUnavailable, logging each once.
-
-    Args:
-        url_for_logs: where Redis is, already redacted.
-    """
-
-    def __init__(self, url_for_logs: str) -> None:
-        self._url = url_for_logs
-        self._healthy = True
-        #: Set by the store's ``close``: every later call raises StoreUnavailable.
-        self.closed = False
-
-    @property
-    def healthy(self) -> bool:
-        """False from a failed call until the next successful one."""
-        return self._healthy
-
-    @contextlib.asynccontextmanager
-    async def guard(self, operation: str) -> AsyncIterator[None]:
-        """Run the block within :data:`COMMAND_TIMEOUT_S`, outages raised as StoreUnavailable.
-
-        Args:
-            operation: the store method, for the log lines.
-
-        Raises:
-            StoreUnavailable: the store is closed, or Redis could not serve the block in time
-                (chained to the redis-py error).
-        """
-        if self.closed:
-            raise StoreUnavailable("the event store is closed")
-        try:
-            async with asyncio.timeout(COMMAND_TIMEOUT_S):
-                yield
-        except UNAVAILABLE_ERRORS as exc:
-            if self._healthy:
-                self._healthy = False
-                log.warning(
-                    "store.redis_unavailable",
-                    url=self._url,
-                    operation=operation,
-                    error=type(exc).__name__,
-                )
-            raise StoreUnavailable("the Redis event store cannot be reached") from exc
-        if not self._healthy:
-            self._healthy = True
-            log.info("store.redis_recovered", url=self._url, operation=operation)
 
 
 async def close_clients(clients: Clients) -> None:

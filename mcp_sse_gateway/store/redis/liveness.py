@@ -18,7 +18,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from mcp_sse_gateway.store.redis.connections import Outages
+from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys, heartbeat_key
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
@@ -36,7 +36,7 @@ class Liveness:
     Args:
         client: the command client.
         scripts: the store's scripts.
-        outages: the store's guard.
+        calls: the store's call queue and outage state.
         written: the store's offsets (an ended stream is forgotten).
         prefix: the key prefix.
         heartbeat_ms: a heartbeat key's TTL, ms.
@@ -48,7 +48,7 @@ class Liveness:
         self,
         client: Redis | RedisCluster,
         scripts: Scripts,
-        outages: Outages,
+        calls: Calls,
         written: WrittenOffsets,
         *,
         prefix: str,
@@ -58,7 +58,7 @@ class Liveness:
     ) -> None:
         self._client = client
         self._scripts = scripts
-        self._outages = outages
+        self._calls = calls
         self._written = written
         self._prefix = prefix
         self._heartbeat_ms = heartbeat_ms
@@ -76,7 +76,7 @@ class Liveness:
             StoreUnavailable: Redis cannot be reached.
         """
         key = heartbeat_key(self._prefix, replica_id)
-        async with self._outages.guard("heartbeat"):
+        async with self._calls.call("heartbeat", LIVENESS):
             previous = await self._client.set(key, "1", px=self._heartbeat_ms, get=True)
         if previous is None and replica_id in self._sent:
             log.warning("store.heartbeat_lapsed", replica=replica_id)
@@ -88,7 +88,7 @@ class Liveness:
         Raises:
             StoreUnavailable: Redis cannot be reached.
         """
-        async with self._outages.guard("replica_alive"):
+        async with self._calls.call("replica_alive", LIVENESS):
             return bool(await self._client.exists(heartbeat_key(self._prefix, replica_id)))
 
     async def end_orphaned(
@@ -106,7 +106,7 @@ class Liveness:
             StoreUnavailable: Redis cannot be reached.
         """
         token = secrets.token_hex(8)
-        async with self._outages.guard("end_orphaned"):
+        async with self._calls.call("end_orphaned", RUNNING):
             owner, finished = await self._client.hmget(keys.meta(life), ["owner", "fin"])
             if owner is None or _text(finished or b"0") == "1":
                 return False

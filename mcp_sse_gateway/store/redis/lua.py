@@ -2,9 +2,10 @@
 
 Each script is the shared ``prelude.lua`` followed by its own file. Every script is atomic and
 touches only keys of one session (one hash tag, so one Redis Cluster slot): ``KEYS[1]`` is the
-session's list of lives, ``KEYS[2]`` its "fresh" marker, then the script's own keys; ``ARGV[1..6]``
+session's list of lives, ``KEYS[2]`` its "fresh" marker, then the script's own keys; ``ARGV[1..7]``
 are the common arguments :meth:`Scripts.run` passes (meta and stream prefixes, open-stream and
-fresh-marker TTLs in ms, the wake channel and the wake message prefix), then the script's own.
+fresh-marker TTLs in ms, the wake channel, the wake message prefix, and whether to refresh
+TTLs), then the script's own.
 redis-py sends ``EVALSHA`` and loads a script that the server does not know (after a restart).
 """
 
@@ -78,8 +79,14 @@ class Scripts:
         keys: SessionKeys,
         extra_keys: Sequence[str] = (),
         args: Sequence[str | int] = (),
+        *,
+        refresh: bool = True,
     ) -> Any:
         """Run script *name* for the session *keys*; returns its reply as redis-py decodes it.
+
+        *refresh* False skips the TTL refreshes of the stream and the session's list (this
+        replica did them lately; see
+        :mod:`~mcp_sse_gateway.store.redis.local_cache`). New keys always get their TTL.
 
         Raises:
             redis.exceptions.RedisError: as redis-py raises it (the caller maps outages).
@@ -94,6 +101,7 @@ class Scripts:
                 fresh_ms,
                 channel,
                 keys.wake_message(""),
+                "1" if refresh else "0",
                 *args,
             ],
         )

@@ -17,13 +17,15 @@ Events this process appended and Redis then lost drop the stream life
 
 Every key has a TTL. Session records: ``session_idle_ttl_s`` (tombstones 300 s). An open stream's
 keys and the session's list live ``session_idle_ttl_s`` to 1.1 times that after the session's last
-use (any stream operation or ``get_session(refresh=True)``): the stream being used is refreshed on
-every call, the other open streams of the session at most once per ``session_idle_ttl_s / 10``
-(a ``fresh`` marker key). A finished stream lives ``finished_stream_ttl_s`` from its terminal
-marker. Heartbeats: ``heartbeat_expiry_s``.
+use (any stream operation or ``get_session(refresh=True)``): the stream being used is refreshed by
+this replica at most every 30 s (or ``session_idle_ttl_s / 20``;
+:mod:`~mcp_sse_gateway.store.redis.local_cache`), the other open streams of the session at most
+once per ``session_idle_ttl_s / 10`` (a ``fresh`` marker key). A finished stream lives
+``finished_stream_ttl_s`` from its terminal marker. Heartbeats: ``heartbeat_expiry_s``.
 
-The rest, one module each: connections, budgets, repeats and outages
-(:mod:`~mcp_sse_gateway.store.redis.connections`), wake-ups
+The rest, one module each: connections, budgets and repeats
+(:mod:`~mcp_sse_gateway.store.redis.connections`), the call queue, stall timeout and outages
+(:mod:`~mcp_sse_gateway.store.redis.calls`), wake-ups
 (:mod:`~mcp_sse_gateway.store.redis.wakeups`), liveness
 (:mod:`~mcp_sse_gateway.store.redis.liveness`), Redis Cluster
 (:mod:`~mcp_sse_gateway.store.redis.cluster`; every key of a session shares the hash tag
@@ -39,32 +41,55 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from mcp_sse_gateway.config import StoreSettings
-from mcp_sse_gateway.store.base import (
-    SessionRecord,
-)
+from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEOUT_S, StoreSettings
+from mcp_sse_gateway.store.base import StoreObserver
+from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
-from mcp_sse_gateway.store.redis.connections import Clients, Outages, close_clients, open_clients
+from mcp_sse_gateway.store.redis.connections import (
+    COMMAND_CONNECTIONS,
+    Clients,
+    close_clients,
+    open_clients,
+)
 from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
 from mcp_sse_gateway.store.redis.liveness import Liveness
+from mcp_sse_gateway.store.redis.local_cache import (
+    REFRESH_PERIOD_S,
+    SESSION_CACHE_S,
+)
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
-from mcp_sse_gateway.store.redis.streams import StreamStore, text
+from mcp_sse_gateway.store.redis.sessions import SessionStore
+from mcp_sse_gateway.store.redis.streams import ms
 from mcp_sse_gateway.store.redis.wakeups import Wakeups
 
-#: Tombstones only need to outlive a client's reconnection attempts (as in the memory store).
-TOMBSTONE_TTL_S = 300.0
 #: A waiter's mark on its stream (only watched streams publish wake-ups) outlives its wait by
 #: this much, seconds.
 WATCH_MARGIN_S = 1.0
 
 
-def _ms(seconds: float) -> int:
-    """Seconds as whole milliseconds, at least 1 (a TTL of 0 would delete the key)."""
-    return max(1, round(seconds * 1000))
+def _permits(client: Redis | RedisCluster, *, shares_subscriber: bool) -> int:
+    """Calls in flight at most: the command connections.
+
+    One fewer when the subscriber takes a connection of the same pool.
+    """
+    pool = getattr(client, "connection_pool", None)
+    size = int(getattr(pool, "max_connections", COMMAND_CONNECTIONS) or COMMAND_CONNECTIONS)
+    size = min(size, COMMAND_CONNECTIONS)
+    return max(1, size - 1) if shares_subscriber else size
 
 
-class RedisStore(StreamStore):
+def _refresh_period(session_idle_ttl_s: float) -> float:
+    """How long this replica skips refreshing a stream's TTLs, seconds."""
+    return min(REFRESH_PERIOD_S, session_idle_ttl_s / 20)
+
+
+def _session_cache_s(session_idle_ttl_s: float) -> float:
+    """How long this replica serves a session record from memory, seconds."""
+    return min(SESSION_CACHE_S, session_idle_ttl_s / 10)
+
+
+class RedisStore(SessionStore):
     """:class:`~mcp_sse_gateway.store.base.EventStore` in Redis, shared by all replicas.
 
     Args:
@@ -72,7 +97,7 @@ class RedisStore(StreamStore):
             :meth:`from_url` builds one bounded as
             :mod:`~mcp_sse_gateway.store.redis.connections` says. Give it a blocking pool (a
             plain pool raises when exhausted) and ``socket_timeout=None`` (see
-            :data:`~mcp_sse_gateway.store.redis.connections.COMMAND_TIMEOUT_S`). A Redis Cluster
+            :mod:`~mcp_sse_gateway.store.redis.calls`). A Redis Cluster
             client (:class:`~mcp_sse_gateway.store.redis.cluster.BoundedRedisCluster`) needs
             *pubsub_client*.
         pubsub_client: client whose pool provides the subscriber's one connection; defaults to
@@ -85,12 +110,19 @@ class RedisStore(StreamStore):
         max_streams_per_session: stream lives kept per session.
         finished_stream_ttl_s: a finished stream stays replayable this many seconds.
         heartbeat_expiry_s: a replica's heartbeat key lives this many seconds.
+        stall_timeout_s: how long Redis may leave a command unanswered before the store counts
+            as down, seconds (:mod:`~mcp_sse_gateway.store.redis.calls`; waiting in the queue
+            does not count).
+        max_queued_calls: queued calls beyond which new work gets ``StoreBusy``.
+        observer: told each call's queue wait and round trip (metrics).
         close_clients: :meth:`close` also closes the clients (true when the store built them).
         url_for_logs: where Redis is, for log lines; must already be redacted.
 
     Every method is safe to cancel: each change is one script, applied entirely or not at all,
     and a cancelled :meth:`wait` leaves nothing registered. Every method may raise
-    :class:`~mcp_sse_gateway.errors.StoreUnavailable`, within the command timeout.
+    :class:`~mcp_sse_gateway.errors.StoreUnavailable` (Redis down or stalled); the methods
+    that start new work (session records and lookups, new streams) may raise
+    :class:`~mcp_sse_gateway.errors.StoreBusy` when the call queue is full.
     """
 
     def __init__(
@@ -104,6 +136,9 @@ class RedisStore(StreamStore):
         max_streams_per_session: int = 100,
         finished_stream_ttl_s: float = 300.0,
         heartbeat_expiry_s: float = 15.0,
+        stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        max_queued_calls: int = DEFAULT_MAX_QUEUED_CALLS,
+        observer: StoreObserver | None = None,
         close_clients: bool = False,
         url_for_logs: str = "",
     ) -> None:
@@ -112,10 +147,18 @@ class RedisStore(StreamStore):
         subscriber = pubsub_client if pubsub_client is not None else client
         self._clients = Clients(client, subscriber, url_for_logs)
         self._client = client
-        idle_ms = _ms(session_idle_ttl_s)
-        self._idle_ms = idle_ms
+        idle_ms = ms(session_idle_ttl_s)
         self._close_clients = close_clients
-        outages, written = Outages(url_for_logs), WrittenOffsets()
+        observer = observer or StoreObserver()
+        calls = Calls(
+            _permits(client, shares_subscriber=subscriber is client),
+            url_for_logs,
+            stall_timeout_s=stall_timeout_s,
+            max_queued_calls=max_queued_calls,
+            on_queue_wait=observer.queue_wait,
+            on_round_trip=observer.round_trip,
+        )
+        written = WrittenOffsets()
         scripts = Scripts(
             client,
             keep_ms=idle_ms + max(1, idle_ms // 10),
@@ -124,21 +167,24 @@ class RedisStore(StreamStore):
         )
         super().__init__(
             scripts,
-            outages,
+            calls,
             written,
             prefix=key_prefix,
             max_events=max_events_per_stream,
             max_streams=max_streams_per_session,
-            finished_ms=_ms(finished_stream_ttl_s),
+            finished_ms=ms(finished_stream_ttl_s),
+            refresh_period_s=_refresh_period(session_idle_ttl_s),
+            idle_ms=idle_ms,
+            session_cache_s=_session_cache_s(session_idle_ttl_s),
         )
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
             client,
             self._scripts,
-            self._outages,
+            self._calls,
             self._written,
             prefix=key_prefix,
-            heartbeat_ms=_ms(heartbeat_expiry_s),
+            heartbeat_ms=ms(heartbeat_expiry_s),
             max_events=max_events_per_stream,
             finished_ms=self._finished_ms,
         )
@@ -157,6 +203,9 @@ class RedisStore(StreamStore):
         finished_stream_ttl_s: float = 300.0,
         heartbeat_expiry_s: float = 15.0,
         cluster: bool = False,
+        stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        max_queued_calls: int = DEFAULT_MAX_QUEUED_CALLS,
+        observer: StoreObserver | None = None,
     ) -> RedisStore:
         """A store with its own bounded connections to the Redis at *url* (none opened yet).
 
@@ -171,6 +220,9 @@ class RedisStore(StreamStore):
             finished_stream_ttl_s: see the class.
             heartbeat_expiry_s: see the class.
             cluster: *url* names a node of a Redis Cluster.
+            stall_timeout_s: see the class.
+            max_queued_calls: see the class.
+            observer: see the class.
 
         Returns:
             The store; :meth:`close` closes its connections.
@@ -189,13 +241,18 @@ class RedisStore(StreamStore):
             max_streams_per_session=max_streams_per_session,
             finished_stream_ttl_s=finished_stream_ttl_s,
             heartbeat_expiry_s=heartbeat_expiry_s,
+            stall_timeout_s=stall_timeout_s,
+            max_queued_calls=max_queued_calls,
+            observer=observer,
             close_clients=True,
             url_for_logs=clients.url_for_logs,
         )
 
     @classmethod
-    def from_settings(cls, settings: StoreSettings) -> RedisStore:
-        """A store bounded as ``[store]`` says (``redis_url`` required).
+    def from_settings(
+        cls, settings: StoreSettings, *, observer: StoreObserver | None = None
+    ) -> RedisStore:
+        """A store bounded as ``[store]`` says (``redis_url`` required), observed by *observer*.
 
         Raises:
             ValueError: ``store.redis_url`` is not set or malformed.
@@ -211,6 +268,9 @@ class RedisStore(StreamStore):
             finished_stream_ttl_s=settings.finished_stream_ttl_s,
             heartbeat_expiry_s=settings.heartbeat_expiry_s,
             cluster=settings.redis_cluster,
+            stall_timeout_s=settings.stall_timeout_s,
+            max_queued_calls=settings.max_queued_calls,
+            observer=observer,
         )
 
     @property
@@ -229,78 +289,14 @@ class RedisStore(StreamStore):
         return self._wakeups.parked
 
     @property
+    def queued(self) -> int:
+        """Calls waiting for a connection now (:mod:`~mcp_sse_gateway.store.redis.calls`)."""
+        return self._calls.queued
+
+    @property
     def subscribed(self) -> bool:
         """Whether this process's wake-up subscription is in place."""
         return self._wakeups.subscribed
-
-    # Sessions ---------------------------------------------------------------------------------
-
-    async def record_session(
-        self, session_id: str, protocol_version: str, *, auth: str = ""
-    ) -> None:
-        """Record (or refresh) a session's negotiated protocol version and creator binding.
-
-        The record lives ``session_idle_ttl_s`` seconds from now (a tombstone is overwritten).
-
-        Raises:
-            StoreUnavailable: Redis cannot be reached.
-        """
-        keys = self._keys(session_id)
-        async with self._outages.guard("record_session"):
-            await self._scripts.run(
-                "record_session", keys, [keys.session], [protocol_version, self._idle_ms, auth]
-            )
-
-    async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
-        """The session's record, or None when there is none (never recorded, or expired).
-
-        Args:
-            session_id: the raw ``Mcp-Session-Id`` (only its digest reaches Redis).
-            refresh: client traffic: a live, non-deleted record's idle TTL restarts, and so do
-                the TTLs of the session's open streams.
-
-        Raises:
-            StoreUnavailable: Redis cannot be reached.
-        """
-        keys = self._keys(session_id)
-        async with self._outages.guard("get_session"):
-            found = await self._scripts.run(
-                "get_session", keys, [keys.session], ["1" if refresh else "0", self._idle_ms]
-            )
-        if found is None:
-            return None
-        return SessionRecord(
-            keys.digest,
-            text(found[0]),
-            deleted=text(found[1]) == "1",
-            auth=text(found[2]) if len(found) > 2 else "",  # noqa: PLR2004 - {v, d, a}
-        )
-
-    async def tombstone_session(self, session_id: str) -> None:
-        """Mark the session deleted for :data:`TOMBSTONE_TTL_S` seconds and drop its streams.
-
-        Waiters of the dropped streams are woken.
-
-        Raises:
-            StoreUnavailable: Redis cannot be reached.
-        """
-        keys = self._keys(session_id)
-        async with self._outages.guard("tombstone_session"):
-            await self._scripts.run(
-                "tombstone_session", keys, [keys.session], [_ms(TOMBSTONE_TTL_S)]
-            )
-        self._written.forget(keys.digest)
-
-    async def purge_session(self, session_id: str) -> None:
-        """Drop every stream of the session; waiters are woken. Idempotent.
-
-        Raises:
-            StoreUnavailable: Redis cannot be reached.
-        """
-        keys = self._keys(session_id)
-        async with self._outages.guard("purge_session"):
-            await self._scripts.run("purge_session", keys)
-        self._written.forget(keys.digest)
 
     # Waiting ----------------------------------------------------------------------------------
 
@@ -335,12 +331,12 @@ class RedisStore(StreamStore):
 
     async def _has_news(self, keys: SessionKeys, life: str, after: int, wait_s: float) -> bool:
         """Whether the stream moved past *after*; else marks it watched for *wait_s* (+1 s)."""
-        async with self._outages.guard("wait"):
+        async with self._calls.call("wait", RUNNING):
             reply = await self._scripts.run(
                 "watch",
                 keys,
                 [keys.meta(life), keys.stream(life)],
-                [life, _ms(wait_s + WATCH_MARGIN_S)],
+                [life, ms(wait_s + WATCH_MARGIN_S)],
             )
         return reply is None or int(reply[0]) > after or bool(reply[1])
 
@@ -392,7 +388,7 @@ class RedisStore(StreamStore):
         Raises:
             StoreUnavailable: Redis cannot be reached.
         """
-        async with self._outages.guard("ping"):
+        async with self._calls.call("ping", LIVENESS):
             await self._client.ping()
 
     async def close(self) -> None:
@@ -400,9 +396,9 @@ class RedisStore(StreamStore):
 
         Later calls of other methods raise StoreUnavailable.
         """
-        if self._outages.closed:
+        if self._calls.closed:
             return
-        self._outages.closed = True
+        self._calls.closed = True
         await self._wakeups.close()
         if self._close_clients:
             await close_clients(self._clients)

@@ -16,8 +16,9 @@ import structlog
 
 from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.store.base import ReadResult, StoredEvent, StreamInfo, StreamKind
-from mcp_sse_gateway.store.redis.connections import Outages
+from mcp_sse_gateway.store.redis.calls import NEW, RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
+from mcp_sse_gateway.store.redis.local_cache import Refreshes
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
 
@@ -38,6 +39,11 @@ def join_datas(datas: Sequence[str]) -> str:
     return "\n".join(datas)
 
 
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, at least 1 (a TTL of 0 would delete the key)."""
+    return max(1, round(seconds * 1000))
+
+
 def text(value: bytes | str) -> str:
     """A reply value as ``str``."""
     return value.decode("utf-8") if isinstance(value, bytes) else value
@@ -48,33 +54,36 @@ class StreamStore:
 
     Args:
         scripts: the store's scripts.
-        outages: the store's guard.
+        calls: the store's call queue and outage state.
         written: the store's offsets.
         prefix: the key prefix.
         max_events: events kept per stream.
         max_streams: stream lives kept per session.
         finished_ms: a finished stream's TTL, ms.
+        refresh_period_s: a stream's TTLs are refreshed at most this often, seconds.
     """
 
     def __init__(
         self,
         scripts: Scripts,
-        outages: Outages,
+        calls: Calls,
         written: WrittenOffsets,
         *,
         prefix: str,
         max_events: int,
         max_streams: int,
         finished_ms: int,
+        refresh_period_s: float,
     ) -> None:
         self._scripts = scripts
-        self._outages = outages
+        self._calls = calls
         self._written = written
         self._prefix = prefix
         self._max_events = max_events
         self._max_streams = max_streams
         self._finished_ms = finished_ms
         self._read_max_bytes = READ_MAX_BYTES
+        self._refreshes = Refreshes(refresh_period_s)
 
     def _keys(self, session_id: str) -> SessionKeys:
         return SessionKeys.of(self._prefix, session_id)
@@ -86,7 +95,7 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._outages.guard("drop_stream"):
+        async with self._calls.call("drop_stream", RUNNING):
             await self._scripts.run("drop_stream", keys, (), [life])
         self._written.forget(keys.digest, life)
 
@@ -124,7 +133,7 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._outages.guard("create_stream"):
+        async with self._calls.call("create_stream", NEW):
             created = await self._scripts.run(
                 "create_stream",
                 keys,
@@ -201,9 +210,13 @@ class StreamStore:
         ]
         for data, event in events:
             args += (data, "" if event is None else "=" + event)
-        async with self._outages.guard("append"):
+        async with self._calls.call("append", RUNNING):
             offset, trimmed = await self._scripts.run(
-                "append", keys, [keys.meta(life), keys.stream(life)], args
+                "append",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                args,
+                refresh=self._refreshes.due(keys.digest, life),
             )
         if offset == LOST:
             log.error("store.stream_lost", session=keys.digest, expected_offset=expected)
@@ -227,9 +240,13 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._outages.guard("finish"):
+        async with self._calls.call("finish", RUNNING):
             await self._scripts.run(
-                "finish", keys, [keys.meta(life), keys.stream(life)], [life, self._finished_ms]
+                "finish",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                [life, self._finished_ms],
+                refresh=self._refreshes.due(keys.digest, life),
             )
         self._written.forget(keys.digest, life)
 
@@ -247,12 +264,13 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._outages.guard("read"):
+        async with self._calls.call("read", RUNNING):
             reply = await self._scripts.run(
                 "read",
                 keys,
                 [keys.meta(life), keys.stream(life)],
                 [after, max(0, limit), self._read_max_bytes],
+                refresh=self._refreshes.due(keys.digest, life),
             )
         if reply[0] == UNKNOWN:
             raise UnknownStream
@@ -277,9 +295,12 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._outages.guard("stream_info"):
+        async with self._calls.call("stream_info", RUNNING):
             reply = await self._scripts.run(
-                "stream_info", keys, [keys.meta(life), keys.stream(life)]
+                "stream_info",
+                keys,
+                [keys.meta(life), keys.stream(life)],
+                refresh=self._refreshes.due(keys.digest, life),
             )
         if reply is None:
             return None

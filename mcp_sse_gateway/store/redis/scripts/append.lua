@@ -1,27 +1,27 @@
--- KEYS[3] meta, KEYS[4] stream. ARGV[7] life, ARGV[8] max events, ARGV[9] the writer's previous
--- offset (-1: unknown), ARGV[10] token of this append (random; the same when the call is
--- repeated), ARGV[11] new pending error datas given (1/0), ARGV[12] those datas (LF-joined),
--- ARGV[13..] the events as pairs: data, '' (no event type) or '=' followed by the event type.
+-- KEYS[3] meta, KEYS[4] stream. ARGV[8] life, ARGV[9] max events, ARGV[10] the writer's previous
+-- offset (-1: unknown), ARGV[11] token of this append (random; the same when the call is
+-- repeated), ARGV[12] new pending error datas given (1/0), ARGV[13] those datas (LF-joined),
+-- ARGV[14..] the events as pairs: data, '' (no event type) or '=' followed by the event type.
 -- -> {last offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events lost
-local meta, stream, life = KEYS[3], KEYS[4], ARGV[7]
+local meta, stream, life = KEYS[3], KEYS[4], ARGV[8]
 local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base')
 if not m[1] then
   return {-1, 0}
 end
-if m[3] == ARGV[10] then
+if m[3] == ARGV[11] then
   -- a repeat of the newest append, applied before its reply was lost: do not store it twice
   return {tonumber(m[1]), 0}
 end
-local expected = tonumber(ARGV[9])
+local expected = tonumber(ARGV[10])
 if expected >= 0 and tonumber(m[1]) < expected then
   if m[2] ~= '1' then
     drop(life)
   end
   return {-2, 0}
 end
-local max_events = tonumber(ARGV[8])
+local max_events = tonumber(ARGV[9])
 local last = 0
-for i = 13, #ARGV, 2 do
+for i = 14, #ARGV, 2 do
   local event = ARGV[i + 1]
   if event == '' then
     last = add_event(meta, stream, max_events, ARGV[i], '0', '')
@@ -29,9 +29,9 @@ for i = 13, #ARGV, 2 do
     last = add_event(meta, stream, max_events, ARGV[i], '1', string.sub(event, 2))
   end
 end
-redis.call('HSET', meta, 'tok', ARGV[10])
-if ARGV[11] == '1' then
-  redis.call('HSET', meta, 'pend', ARGV[12])
+redis.call('HSET', meta, 'tok', ARGV[11])
+if ARGV[12] == '1' then
+  redis.call('HSET', meta, 'pend', ARGV[13])
 end
 local trimmed = 0
 local stored = last - tonumber(m[4] or '0')

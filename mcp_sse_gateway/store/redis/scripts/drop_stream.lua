@@ -1,3 +1,3 @@
--- ARGV[7] life.
-drop(ARGV[7])
+-- ARGV[8] life.
+drop(ARGV[8])
 return 1

@@ -1,14 +1,16 @@
 -- Shared by every script of the Redis event store (loaded in front of each one).
 --
 -- Every script gets KEYS[1] = the session's list of lives, KEYS[2] = its "fresh" marker, and
--- ARGV[1..6] = meta prefix, stream prefix, open-stream TTL (ms), fresh-marker TTL (ms), wake
--- channel, wake message prefix. Script-specific arguments start at ARGV[7]. Every key a script
+-- ARGV[1..7] = meta prefix, stream prefix, open-stream TTL (ms), fresh-marker TTL (ms), wake
+-- channel, wake message prefix, refresh TTLs ('1') or not ('0': this replica refreshed them
+-- lately, see local_cache.py). Script-specific arguments start at ARGV[8]. Every key a script
 -- touches belongs to one session (one hash tag, so one Redis Cluster slot).
 
 local INDEX, FRESH = KEYS[1], KEYS[2]
 local META_PREFIX, STREAM_PREFIX = ARGV[1], ARGV[2]
 local KEEP_MS, FRESH_MS = tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHANNEL, WAKE_PREFIX = ARGV[5], ARGV[6]
+local REFRESH = ARGV[7] == '1'
 
 -- Set while a reader waits on the stream through the store (any replica): only then is a
 -- wake-up published. A reader in the writer's own process follows its local feed instead.
@@ -30,17 +32,28 @@ local function extend(key, ms)
   end
 end
 
-local function keep_open(meta, stream)
+local function refresh_open(meta, stream)
   redis.call('PEXPIRE', meta, KEEP_MS)
   redis.call('PEXPIRE', stream, KEEP_MS)
 end
 
--- The session was used: keep its list, and (at most once per FRESH_MS) every open stream.
+-- The stream being used: refreshed unless this replica did so lately (REFRESH).
+local function keep_open(meta, stream)
+  if REFRESH then
+    refresh_open(meta, stream)
+  end
+end
+
+-- The session was used: keep its list, and (at most once per FRESH_MS, whatever REFRESH says)
+-- every open stream of the session, so that one not in use does not expire while others are.
 local function touch_session()
-  extend(INDEX, KEEP_MS)
+  if REFRESH then
+    extend(INDEX, KEEP_MS)
+  end
   if redis.call('EXISTS', FRESH) == 1 then
     return
   end
+  extend(INDEX, KEEP_MS)
   local lives = redis.call('LRANGE', INDEX, 0, -1)
   if #lives == 0 then
     return
@@ -51,7 +64,7 @@ local function touch_session()
     if not fin then
       redis.call('LREM', INDEX, 0, life)
     elseif fin == '0' then
-      keep_open(meta, STREAM_PREFIX .. life)
+      refresh_open(meta, STREAM_PREFIX .. life)
     end
   end
   redis.call('SET', FRESH, '1', 'PX', FRESH_MS)

@@ -1,4 +1,4 @@
--- KEYS[3] meta, KEYS[4] stream. ARGV[7] after, ARGV[8] limit, ARGV[9] reply byte budget.
+-- KEYS[3] meta, KEYS[4] stream. ARGV[8] after, ARGV[9] limit, ARGV[10] reply byte budget.
 -- -> {finished (1/0), last, flat events}; {-1} unknown stream; {-2} cursor gone
 local m = redis.call('HMGET', KEYS[3], 'last', 'fin')
 if not m[1] then
@@ -6,7 +6,7 @@ if not m[1] then
 end
 local last = tonumber(m[1])
 local first = last - redis.call('XLEN', KEYS[4]) + 1
-local after, limit = tonumber(ARGV[7]), tonumber(ARGV[8])
+local after, limit = tonumber(ARGV[8]), tonumber(ARGV[9])
 if after + 1 < first or after > last then
   return {-2}
 end
@@ -17,7 +17,7 @@ touch_session()
 -- At most `limit` entries, and no more bytes than the budget (but always one entry): a batch of
 -- large events must not become one huge reply. Offsets are consecutive from after + 1, so the
 -- reply is flat: data, then '' (no event type) or '=' and the type, per event.
-local out, n, size, budget = {}, 0, 0, tonumber(ARGV[9])
+local out, n, size, budget = {}, 0, 0, tonumber(ARGV[10])
 local from = string.format('(0-%d', after)
 while n < limit and size < budget do
   local chunk = redis.call('XRANGE', KEYS[4], from, '+', 'COUNT', math.min(256, limit - n))

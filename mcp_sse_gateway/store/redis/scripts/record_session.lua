@@ -1,6 +1,6 @@
--- KEYS[3] session record. ARGV[7] protocol version, ARGV[8] idle TTL (ms), ARGV[9] the
+-- KEYS[3] session record. ARGV[8] protocol version, ARGV[9] idle TTL (ms), ARGV[10] the
 -- creator's binding (keyed digests).
-redis.call('HSET', KEYS[3], 'v', ARGV[7], 'd', '0', 'a', ARGV[9])
-redis.call('PEXPIRE', KEYS[3], ARGV[8])
+redis.call('HSET', KEYS[3], 'v', ARGV[8], 'd', '0', 'a', ARGV[10])
+redis.call('PEXPIRE', KEYS[3], ARGV[9])
 touch_session()
 return 1
