@@ -70,6 +70,8 @@ DEFAULT_REPLAY_BATCH_EVENTS = 1000
 DEFAULT_REPLAY_MAX_PASSES = 16
 #: Redis store: see ``StoreSettings.stall_timeout_s`` (DESIGN D7, slow is not down).
 DEFAULT_STALL_TIMEOUT_S = 5.0
+#: Below this, a loaded but healthy Redis would pass for a stalled one, seconds.
+MIN_STALL_TIMEOUT_S = 0.1
 #: Redis store: see ``StoreSettings.max_queued_calls``.
 DEFAULT_MAX_QUEUED_CALLS = 10_000
 DEFAULT_SLOW_READER_CUT_S = 10.0
@@ -109,7 +111,8 @@ DEFAULT_MAX_PUMPS = 10_000
 #: Sixteen bodies of the largest size at once; tool calls' bodies are small.
 DEFAULT_MAX_BUFFERED_BODY_BYTES = 256 * MIB
 
-PositiveSeconds = Annotated[float, Field(gt=0)]
+#: A duration in seconds: positive and finite (``inf`` and ``nan`` are refused).
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class _Section(BaseModel):
@@ -290,6 +293,7 @@ class StoreSettings(_Section):
     replay_max_passes: int = Field(default=DEFAULT_REPLAY_MAX_PASSES, gt=0)
     stall_timeout_s: PositiveSeconds = Field(
         default=DEFAULT_STALL_TIMEOUT_S,
+        ge=MIN_STALL_TIMEOUT_S,
         description="Redis store: how long Redis may leave a command unanswered before it "
         "counts as down, seconds (waiting in the replica's call queue does not count).",
     )

@@ -709,3 +709,18 @@ async def test_client_traffic_refreshes_the_session_even_after_a_quiet_lookup(ma
     assert await store.get_session("s", refresh=False) is not None  # a watchdog's lookup
     assert await store.get_session("s", refresh=True) is not None  # a client request
     assert await admin.pttl(key) > 50_000
+
+
+async def test_a_stall_timeout_beyond_the_heartbeat_slack_is_warned_about():
+    settings = StoreSettings(
+        backend="redis",
+        redis_url="redis://127.0.0.1:1/0",
+        heartbeat_s=1,
+        heartbeat_expiry_s=3,
+        stall_timeout_s=2.5,
+    )
+    with structlog.testing.capture_logs() as logs:
+        store = RedisStore.from_settings(settings)
+    await store.close()  # nothing was connected
+    [warning] = [e for e in logs if e["event"] == "store.stall_timeout_exceeds_heartbeat_slack"]
+    assert (warning["stall_timeout_s"], warning["heartbeat_slack_s"]) == (2.5, 2)

@@ -158,3 +158,20 @@ def test_one_redaction_for_upstream_and_redis_urls():
     )
     assert redact_url("redis://:@h:1/0") == "redis://:***@h:1/0"  # an empty password
     assert redact_url("http://[::1/broken") == "***"
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[store]\nstall_timeout_s = inf\n", "store.stall_timeout_s"),
+        ("[store]\nstall_timeout_s = nan\n", "store.stall_timeout_s"),
+        ("[store]\nstall_timeout_s = 0.01\n", "store.stall_timeout_s"),
+        ("[store]\nmax_queued_calls = 0\n", "store.max_queued_calls"),
+        ("[sse]\nkeepalive_s = inf\n", "sse.keepalive_s"),
+    ],
+)
+def test_store_queue_settings_are_finite_and_sane(tmp_path, toml, key):
+    path = tmp_path / "gateway.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(path)

@@ -2,11 +2,11 @@
 
 **At most 9 connections per process whatever the number of waiting clients**
 (:data:`MAX_CONNECTIONS_PER_PROCESS`): a blocking pool of :data:`COMMAND_CONNECTIONS` (8) for
-commands (a burst queues for a connection, up to :data:`POOL_WAIT_S`) plus the one connection of
-the wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`). In Redis Cluster the bound
-is **per node** (:data:`MAX_CLUSTER_CONNECTIONS_PER_NODE`): 8 command connections per node, at
-most 8 commands in flight across the cluster, plus the subscriber's one connection on the node
-it listens on (:mod:`~mcp_sse_gateway.store.redis.cluster`).
+commands (a burst queues for a connection in :mod:`~mcp_sse_gateway.store.redis.calls`) plus the
+one connection of the wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`). In
+Redis Cluster the bound is **per node** (:data:`MAX_CLUSTER_CONNECTIONS_PER_NODE`): 8 command
+connections per node, at most 8 commands in flight across the cluster, plus the subscriber's
+one connection on the node it listens on (:mod:`~mcp_sse_gateway.store.redis.cluster`).
 
 Repeats are redis-py's own (:class:`redis.asyncio.retry.Retry`): a command whose connection
 turned out to be dead is sent once more, at once, on a new connection. redis-py finds a pooled

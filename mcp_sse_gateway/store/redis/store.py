@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import structlog
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
@@ -62,6 +63,8 @@ from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
 from mcp_sse_gateway.store.redis.sessions import SessionStore
 from mcp_sse_gateway.store.redis.streams import ms
 from mcp_sse_gateway.store.redis.wakeups import Wakeups
+
+log = structlog.get_logger("mcp_sse_gateway.store")
 
 #: A waiter's mark on its stream (only watched streams publish wake-ups) outlives its wait by
 #: this much, seconds.
@@ -259,6 +262,15 @@ class RedisStore(SessionStore):
         """
         if settings.redis_url is None:
             raise ValueError("store.redis_url is required for the redis backend")
+        slack_s = settings.heartbeat_expiry_s - settings.heartbeat_s
+        if settings.stall_timeout_s >= slack_s:
+            # A heartbeat may wait for one stalled call, then stall itself: other replicas
+            # could take this one for dead before its store counts as down.
+            log.warning(
+                "store.stall_timeout_exceeds_heartbeat_slack",
+                stall_timeout_s=settings.stall_timeout_s,
+                heartbeat_slack_s=slack_s,
+            )
         return cls.from_url(
             settings.redis_url.get_secret_value(),
             key_prefix=settings.key_prefix,
