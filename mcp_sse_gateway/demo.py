@@ -121,7 +121,7 @@ async def play_client(mcp_url: str) -> bool:
         call.close()
         say(
             f"tools/call stream_notifications(count={NOTIFICATIONS}): "
-            f"{_messages_in(first)} messages received, then the connection dropped"
+            f"{_messages_in(first)} notifications received, then the connection dropped"
         )
         cursor = next(e["id"] for e in reversed(first) if "id" in e)
         resumed = await http.get(mcp_url, headers={**session, "Last-Event-ID": cursor})
@@ -129,9 +129,12 @@ async def play_client(mcp_url: str) -> bool:
         messages = [json.loads(e["data"]) for e in first + second if e.get("data")]
         indexes = [i for m in messages if (i := _index(m)) is not None]
         results = [m for m in messages if m.get("id") == 1 and "result" in m]
+        rest = [json.loads(e["data"]) for e in second if e.get("data")]
+        answered = any(m.get("id") == 1 for m in rest)
         say(
             f"reconnected with Last-Event-ID: the gateway replayed and streamed the other "
-            f"{_messages_in(second)}"
+            f"{len(rest)} messages ({len(rest) - answered} notifications"
+            f"{' and the result' if answered else ''})"
         )
         await http.delete(mcp_url, headers=session)
     if indexes == list(range(NOTIFICATIONS)) and len(results) == 1:

@@ -76,7 +76,10 @@ def create_app(
             ``auth.jwks_file`` is not a usable key set.
     """
     if settings.upstream.url is None:
-        raise ConfigError("upstream.url is required (--upstream URL, or [upstream] url)")
+        raise ConfigError(
+            "upstream.url is required (--upstream URL, [upstream] url, or env "
+            "MCP_SSE_GATEWAY_UPSTREAM__URL)"
+        )
     app = web.Application(
         middlewares=[request_context, request_limit],
         client_max_size=settings.server.max_body_bytes,

@@ -140,7 +140,10 @@ async def request_context(
     finally:
         method = request.method if request.method in KNOWN_METHODS else "OTHER"
         request.app[METRICS].requests.labels(method, f"{status // 100}xx").inc()
-        log.info(
+        # Probes come every few seconds from every load balancer and kubelet: debug, unless
+        # they failed.
+        probe = request.path in UNLIMITED_PATHS and request.method in {"GET", "HEAD"}
+        (log.debug if probe and status < HTTPStatus.BAD_REQUEST else log.info)(
             "request.finished",
             status=status,
             duration_ms=round((time.perf_counter() - started) * 1000, 2),

@@ -428,3 +428,23 @@ async def test_readiness_does_not_wait_on_a_stalled_store(upstream):
         took_s = time.monotonic() - started
     assert (status, body) == (200, {"status": "ready", "store": "unavailable"})
     assert took_s < 2  # bounded by READY_STORE_PING_S (0.5 s), far below probe timeouts
+
+
+async def test_probes_are_logged_at_debug_other_requests_at_info(upstream, gateway, http):
+    """A health check every few seconds must not flood the log; a failing probe still shows."""
+    import structlog
+
+    async with gateway(upstream.url) as gw:
+        merge = [structlog.contextvars.merge_contextvars]  # the request's path is bound there
+        with structlog.testing.capture_logs(processors=merge) as logs:
+            for path in ("/healthz", "/readyz", "/metrics"):
+                async with http.get(gw.base_url + path) as response:
+                    assert response.status == 200
+            async with http.post(gw.mcp_url, json=_jsonrpc("tools/list")) as response:
+                await response.read()
+    finished = [e for e in logs if e["event"] == "request.finished"]
+    probes = [e for e in finished if e.get("path") in ("/healthz", "/readyz", "/metrics")]
+    others = [e for e in finished if e.get("path") == "/mcp"]
+    assert probes  # seen by the capture, at debug
+    assert {e["log_level"] for e in probes} == {"debug"}
+    assert [e["log_level"] for e in others] == ["info"]
