@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from tests.support.tcp_proxy import TcpProxy, first_done, pipe, serving
 
-class LatencyProxy:
+
+class LatencyProxy(TcpProxy):
     """Counts what it carried, for assertions.
 
     Attributes:
@@ -22,17 +24,9 @@ class LatencyProxy:
     """
 
     def __init__(self, target_port: int, delay_s: float) -> None:
-        self.target_port = target_port
+        super().__init__(target_port)
         self.delay_s = delay_s
-        self.port = 0
-        self.connections = 0
         self.replies = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while chunk := await reader.read(65536):
-            writer.write(chunk)
-            await writer.drain()
 
     async def _late(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
@@ -53,39 +47,16 @@ class LatencyProxy:
         finally:
             delivering.cancel()
 
-    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        target_r, target_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        tasks = {
-            asyncio.create_task(self._forward(client_r, target_w)),
-            asyncio.create_task(self._late(target_r, client_w)),
-        }
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            for task in tasks:
-                task.cancel()
-            for writer in (client_w, target_w):
-                writer.transport.abort()
-
-    def _track(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        task = asyncio.create_task(self._handle(client_r, client_w))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def relay(
+        self,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        target: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> None:
+        await first_done(pipe(client[0], target[1]), self._late(target[0], client[1]))
 
 
 @contextlib.asynccontextmanager
 async def latency_proxy(target_port: int, *, delay_s: float) -> AsyncIterator[LatencyProxy]:
     """Run a :class:`LatencyProxy` on a free loopback port in front of *target_port*."""
-    proxy = LatencyProxy(target_port, delay_s)
-    server = await asyncio.start_server(proxy._track, "127.0.0.1", 0)
-    proxy.port = server.sockets[0].getsockname()[1]
-    try:
+    async with serving(LatencyProxy(target_port, delay_s)) as proxy:
         yield proxy
-    finally:
-        server.close()
-        for task in list(proxy._tasks):
-            task.cancel()
-        await asyncio.gather(*proxy._tasks, return_exceptions=True)
