@@ -184,19 +184,31 @@ async def _call_through(
             },
         }
         response = await _retrying(lambda: http.post(url, headers=headers, json=call))
-        cursor: str | None = None
-        while True:
-            try:
-                events, _ = await read_events(response, timeout_s=DEADLINE_S)
-            except (aiohttp.ClientError, TimeoutError):
-                events = []
-            cursor = _count(tally, events, cursor)
-            if tally.results or tally.errors:
-                return tally
-            assert cursor is not None
-            tally.resumes += 1
-            resume = {**headers, "Last-Event-ID": cursor}
-            response = await _retrying(lambda resume=resume: http.get(url, headers=resume))
+        return await _follow(http, url, headers, response, tally=tally, cursor=None)
+
+
+async def _follow(
+    http: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    response: aiohttp.ClientResponse,
+    *,
+    tally: Tally,
+    cursor: str | None,
+) -> Tally:
+    """Read *response*, then resume at *url* from the last event id until the call answers."""
+    while True:
+        try:
+            events, _ = await read_events(response, timeout_s=DEADLINE_S)
+        except (aiohttp.ClientError, TimeoutError):
+            events = []
+        cursor = _count(tally, events, cursor)
+        if tally.results or tally.errors:
+            return tally
+        assert cursor is not None
+        tally.resumes += 1
+        resume = {**headers, "Last-Event-ID": cursor}
+        response = await _retrying(lambda resume=resume: http.get(url, headers=resume))
 
 
 def _count(tally: Tally, events: list[Any], cursor: str | None) -> str | None:
@@ -373,18 +385,7 @@ async def _pumped_by(
         first, _ = await read_events(response, until=3)
         cursor = _count(tally, first, None)
         started.put_nowait(None)
-        while True:
-            try:
-                events, _ = await read_events(response, timeout_s=DEADLINE_S)
-            except (aiohttp.ClientError, TimeoutError):
-                events = []
-            cursor = _count(tally, events, cursor)
-            if tally.results or tally.errors:
-                return tally
-            assert cursor is not None
-            tally.resumes += 1
-            resume = {**headers, "Last-Event-ID": cursor}
-            response = await _retrying(lambda resume=resume: http.get(balanced, headers=resume))
+        return await _follow(http, balanced, headers, response, tally=tally, cursor=cursor)
 
 
 async def test_sigkill_of_the_replica_pumping_20_calls(private_redis):
