@@ -13,10 +13,11 @@
     │   ├── BodyTimeout              408: the body did not arrive within ``server.body_timeout_s``
     │   ├── RepeatedHeader           400: ``Mcp-Session-Id`` sent more than once
     │   └── ResumeForbidden          403: credentials not the creator's where that is required
-    ├── UpstreamError                502: the upstream failed before response headers
+    ├── UpstreamError                502: the upstream failed (before response headers)
     │   ├── UpstreamConnectError     connection refused / DNS / TLS failure
     │   ├── UpstreamTimeout          no response headers within ``upstream.headers_timeout_s``
-    │   └── UpstreamProtocolError    the upstream answered something that is not HTTP
+    │   ├── UpstreamProtocolError    the upstream answered something that is not HTTP
+    │   └── UpstreamBroken           the response body broke off after the headers
     ├── GatewayBusy                  503 + Retry-After: ``server.max_concurrent_requests`` or
     │                                ``server.max_pumps`` reached (running streams untouched)
     ├── AuthUnavailable              503 + Retry-After: the upstream could not be asked to
@@ -30,6 +31,8 @@
     │   ├── UnknownStream            no such stream life under this session (foreign, expired)
     │   └── CursorGone               the events after the cursor are no longer stored (trimmed)
     ├── SessionGone                  404: the session was deleted (tombstone): the upstream's word
+    ├── ClientGone                   the client's connection closed while it was written to
+    ├── SlowReader                   a write to the client blocked for ``sse.slow_reader_cut_s``
     └── SSEError                     a stream violates the SSE wire rules
         ├── InvalidSSEField          an id/event to encode holds CR, LF or NUL
         └── EventTooLarge            one event block exceeds ``max_event_bytes``
@@ -108,7 +111,7 @@ class AuthUnavailable(GatewayError):
 
 
 class UpstreamError(GatewayError):
-    """Raised when the upstream fails before its response headers arrive."""
+    """Raised when the upstream fails: before its response headers, or while its body is read."""
 
 
 class UpstreamConnectError(UpstreamError):
@@ -121,6 +124,10 @@ class UpstreamTimeout(UpstreamError):
 
 class UpstreamProtocolError(UpstreamError):
     """Raised when the upstream's answer is not valid HTTP."""
+
+
+class UpstreamBroken(UpstreamError):
+    """Raised while reading a response body that breaks off: reset, truncated, malformed."""
 
 
 class StoreError(GatewayError):
@@ -167,6 +174,17 @@ class CursorGone(StreamError):
 
 class SessionGone(GatewayError):
     """Raised when a request names a session the upstream ended (DELETE): answered with 404."""
+
+
+class ClientGone(GatewayError):
+    """Raised by a client sink when the client's connection is closed under a write."""
+
+
+class SlowReader(GatewayError):
+    """Raised by a client sink when one write stays blocked for ``sse.slow_reader_cut_s``.
+
+    The connection is then cut (aborted, not flushed); the client resumes from the store.
+    """
 
 
 class SSEError(GatewayError, ValueError):

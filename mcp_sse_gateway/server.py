@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from aiohttp import web
@@ -93,6 +93,8 @@ class _QuietRequestHandler(RequestHandler):
 
 
 class _QuietServer(web.Server):
+    header_timeout_s: float | None
+
     def __call__(self) -> RequestHandler:
         return _QuietRequestHandler(
             self, loop=self._loop, header_timeout_s=self.header_timeout_s, **self._kwargs
@@ -104,7 +106,7 @@ class _GatewayRunner(web.AppRunner):
         server = await super()._make_server()
         # aiohttp builds its Server inside Application; only the handler factory differs.
         server.__class__ = _QuietServer
-        server.header_timeout_s = self._app[SETTINGS].server.header_timeout_s  # type: ignore[attr-defined]
+        cast("_QuietServer", server).header_timeout_s = self._app[SETTINGS].server.header_timeout_s
         return server
 
 

@@ -11,6 +11,9 @@ import structlog
 
 from mcp_sse_gateway.config import ENV_PREFIX, Settings
 from mcp_sse_gateway.server import RunningGateway, run_gateway
+from tests.support.ports import free_port
+from tests.support.processes import stop_popen
+from tests.support.redis_server import redis_server_command
 
 
 @pytest.fixture(autouse=True)
@@ -61,9 +64,8 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayFactory]:
     gateway has shut down (pumps drained or cancelled, store closed).
     """
     import os
-    import uuid
 
-    from tests.support.redis_keys import assert_every_key_expires
+    from tests.support.redis_keys import assert_every_key_expires, redis_store
 
     redis_url: str | None = None
     if os.environ.get(STORE_UNDER_TEST) == "redis":
@@ -79,7 +81,7 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayFactory]:
         nonlocal running_gateways
         if redis_url is not None and "backend" not in sections.get("store", {}):
             # A key prefix of its own: tests never see each other's sessions or streams.
-            store = {"backend": "redis", "redis_url": redis_url, "key_prefix": uuid.uuid4().hex}
+            store = redis_store(redis_url)
             sections = {**sections, "store": {**store, **sections.get("store", {})}}
         settings = make_settings(upstream_url, **sections)
         store_settings = settings.store
@@ -115,14 +117,6 @@ REDIS_START_DEADLINE_S = 10.0
 REDIS_STOP_DEADLINE_S = 10.0
 
 
-def _free_loopback_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class RedisServerProcess:
     """A private ``redis-server`` on a loopback port, without persistence; restartable.
 
@@ -134,7 +128,7 @@ class RedisServerProcess:
     def __init__(self, executable: str, extra_args: list[str] | None = None) -> None:
         self.executable = executable
         self.extra_args = extra_args or []
-        self.port = _free_loopback_port()
+        self.port = free_port()
         self._process: Any = None
         self._tmp: Any = None
 
@@ -157,20 +151,7 @@ class RedisServerProcess:
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="redis-test-")
         self._process = subprocess.Popen(
-            [
-                self.executable,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self._tmp.name,
-                *self.extra_args,
-            ],
+            redis_server_command(self.executable, self.port, self._tmp.name, *self.extra_args),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -201,16 +182,9 @@ class RedisServerProcess:
             probe.close()
 
     def stop(self) -> None:
-        import subprocess
-
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(REDIS_STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait(REDIS_STOP_DEADLINE_S)
+        stop_popen(self._process, REDIS_STOP_DEADLINE_S)
         self._process = None
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 async def _json_answer(
-    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] = ()
+    send: Send, status: int, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     payload = json.dumps(body).encode()
     await send(

@@ -599,7 +599,6 @@ def _register_prompts(server: MCPServer[Any]) -> None:
 def _register_protocol_handlers(server: MCPServer[Any], state: ServerState) -> None:
     """Completion, ``logging/setLevel`` and resource subscriptions (handshake era)."""
 
-    @server.completion()
     async def complete(
         ref: types.PromptReference | types.ResourceTemplateReference,
         argument: types.CompletionArgument,
@@ -609,6 +608,10 @@ def _register_protocol_handlers(server: MCPServer[Any], state: ServerState) -> N
         candidates = COMPLETIONS.get(argument.name, [])
         values = [value for value in candidates if value.startswith(argument.value)]
         return types.Completion(values=values, total=len(values), has_more=False)
+
+    # Applied by hand rather than as a decorator: MCPServer.completion() is unannotated, and
+    # decorating with it would erase the handler's signature.
+    server.completion()(complete)  # type: ignore[no-untyped-call]  # unannotated in the SDK
 
     def request_session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
         headers = getattr(ctx.request, "headers", None)

@@ -114,11 +114,12 @@ def _capability_missing(ctx: Context, request: types.InputRequest) -> str | None
 async def _ask_now(ctx: Context, request: types.InputRequest) -> types.InputResponse:
     """Handshake era: send *request* to the client on this request's stream and wait."""
     metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+    session = ctx.request_context.session
     if isinstance(request, types.ElicitRequest):
-        return await ctx.session.send_request(request, types.ElicitResult, metadata=metadata)
+        return await session.send_request(request, types.ElicitResult, metadata=metadata)
     if isinstance(request, types.CreateMessageRequest):
-        return await ctx.session.send_request(request, types.CreateMessageResult, metadata=metadata)
-    return await ctx.session.send_request(request, types.ListRootsResult, metadata=metadata)
+        return await session.send_request(request, types.CreateMessageResult, metadata=metadata)
+    return await session.send_request(request, types.ListRootsResult, metadata=metadata)
 
 
 async def exchange(

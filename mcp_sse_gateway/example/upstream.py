@@ -218,7 +218,8 @@ async def serve(
         app,
         log_level=log_level,
         access_log=log_level in ("debug", "trace"),
-        timeout_graceful_shutdown=graceful_shutdown_s,
+        # Annotated int in uvicorn, but only ever handed to asyncio.wait_for (a float timeout).
+        timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
         lifespan="on",
     )
     server = _AnnouncingServer(config, url=endpoint_url(host, bound_port, path))

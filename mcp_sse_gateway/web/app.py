@@ -18,9 +18,11 @@ from aiohttp import web
 from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.errors import ConfigError, StoreError
 from mcp_sse_gateway.metrics import Metrics
-from mcp_sse_gateway.registry import DRAINING, Registry
 from mcp_sse_gateway.store.base import EventStore
 from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.streams import StreamContext, Streams
+from mcp_sse_gateway.streams.life import DRAINING
+from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.web import relay
 from mcp_sse_gateway.web.authz import Authorizer
 from mcp_sse_gateway.web.keys import (
@@ -31,11 +33,12 @@ from mcp_sse_gateway.web.keys import (
     SETTINGS,
     STATE,
     STORE,
-    UPSTREAM_CLIENT,
+    STREAMS,
+    UPSTREAM,
     GatewayState,
 )
 from mcp_sse_gateway.web.middleware import request_context, request_limit
-from mcp_sse_gateway.web.upstream import make_client_session
+from mcp_sse_gateway.web.upstream import HttpUpstream
 
 log = structlog.get_logger("mcp_sse_gateway.app")
 
@@ -87,9 +90,20 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = metrics if metrics is not None else Metrics()
     app[STORE] = store if store is not None else _default_store(settings, app[METRICS])
-    app[STATE] = GatewayState()
     app[REGISTRY] = Registry()
+    app[STATE] = GatewayState(app[REGISTRY])
     app[REPLICA_ID] = secrets.token_hex(8)
+    app[UPSTREAM] = HttpUpstream(settings.upstream, app[METRICS].upstream_headers_seconds.observe)
+    app[STREAMS] = Streams(
+        StreamContext(
+            store=app[STORE],
+            upstream=app[UPSTREAM],
+            registry=app[REGISTRY],
+            settings=settings,
+            metrics=app[METRICS],
+            replica_id=app[REPLICA_ID],
+        )
+    )
     digest_key = settings.auth.digest_key
     try:
         authorizer = Authorizer(
@@ -118,11 +132,14 @@ def create_app(
 
 
 async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
-    async with make_client_session(app[SETTINGS].upstream) as client:
-        app[UPSTREAM_CLIENT] = client
-        app[AUTHORIZER].client = client
+    upstream = app[UPSTREAM]
+    upstream.start()
+    app[AUTHORIZER].upstream = upstream
+    try:
         yield
         await app[AUTHORIZER].close()
+    finally:
+        await upstream.close()
 
 
 async def _registry_lifetime(app: web.Application) -> AsyncIterator[None]:
@@ -194,7 +211,6 @@ async def _start_drain(app: web.Application) -> None:
     if app[STATE].draining:
         return
     app[STATE].draining = True
-    app[REGISTRY].closing = True
     attachments = app[REGISTRY].attachments()
     log.info("shutdown.draining", connections=len(attachments), pumps=app[REGISTRY].tasks)
     # Close client connections at jittered times so their reconnections do not arrive as one

@@ -21,6 +21,9 @@ response: a sign-in page, a 202)
 Concurrent probes of the same session and credentials share one request. A 2xx body is read
 until the ping's response and a refusal's is relayed with it, each at most
 :data:`PROBE_MAX_BODY_BYTES`; neither is ever stored.
+
+The probe itself (its request, the reading of its answer, the refusal relayed) is in
+:mod:`mcp_sse_gateway.web.probe`; this module holds the decisions and the cache.
 """
 
 from __future__ import annotations
@@ -28,92 +31,48 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import secrets
 import time
-from dataclasses import dataclass, field
 from http import HTTPStatus
 
-import aiohttp
 import structlog
 from aiohttp import web
 
-from mcp_sse_gateway import auth, jsonrpc
+from mcp_sse_gateway import auth
 from mcp_sse_gateway.config import AuthSettings, Settings
-from mcp_sse_gateway.errors import (
-    AuthUnavailable,
-    ResumeForbidden,
-    SSEError,
-    StoreError,
-    UpstreamError,
-)
-from mcp_sse_gateway.headers import client_response_headers, peer_trusted
+from mcp_sse_gateway.errors import AuthUnavailable, ResumeForbidden, StoreError
+from mcp_sse_gateway.headers import peer_trusted
 from mcp_sse_gateway.metrics import Metrics
-from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.store.base import EventStore, session_digest
-from mcp_sse_gateway.web.upstream import open_upstream
+from mcp_sse_gateway.web.probe import (
+    DISPATCHED_ERRORS,
+    PROBE_ID_PREFIX,
+    PROBE_MAX_BODY_BYTES,
+    RELAYED_REFUSALS,
+    ProbeAnswer,
+    probe_outcome,
+    probe_request,
+    refusal_response,
+    send_probe,
+    token_only_headers,
+)
+from mcp_sse_gateway.web.upstream import HttpUpstream
+
+__all__ = [
+    "DISPATCHED_ERRORS",
+    "MAX_CACHED_CHECKS",
+    "PROBE_ID_PREFIX",
+    "PROBE_MAX_BODY_BYTES",
+    "RELAYED_REFUSALS",
+    "Authorizer",
+    "ProbeAnswer",
+    "probe_request",
+]
 
 log = structlog.get_logger("mcp_sse_gateway.auth")
 
-#: At most this much of a probe's answer is read (never stored; relayed only with a refusal).
-PROBE_MAX_BODY_BYTES = 64 * 1024
-#: Upstream answers to a probe that are relayed to the client as they are.
-RELAYED_REFUSALS = frozenset({401, 403, 404, 429})
 #: Positive checks kept per replica (session, credentials); the oldest go first.
 MAX_CACHED_CHECKS = 65_536
-#: The JSON-RPC id of every probe starts with this (the rest is random): reserved for the
-#: gateway, so upstream logs and metering can tell probes apart.
-PROBE_ID_PREFIX = "mcp-sse-gateway/auth-probe/"
-#: JSON-RPC errors that show the ping was dispatched, so past the upstream's authentication:
-#: invalid request, method not found, invalid params. Other errors (an in-dispatcher
-#: "unauthorized", a server error) authorize nothing.
-DISPATCHED_ERRORS = frozenset({-32600, -32601, -32602})
-#: Request headers a probe does not take from the request (it sets its own).
-_NOT_FORWARDED = frozenset({"content-type", "accept", "last-event-id", "content-length"})
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeAnswer:
-    """What the upstream answered one probe.
-
-    Attributes:
-        status: the HTTP status, or None when there was no answer (timeout, unreachable).
-        headers: its headers (end-to-end only), in order.
-        body: up to :data:`PROBE_MAX_BODY_BYTES` of its body.
-        complete: *body* is the whole body.
-        answered: a 2xx carried the JSON-RPC response to the probe's ping.
-    """
-
-    status: int | None
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes = b""
-    complete: bool = True
-    answered: bool = False
-
-
-def probe_request(
-    session_id: str, protocol_version: str | None
-) -> tuple[str, bytes, dict[str, str]]:
-    """The JSON-RPC id, body and gateway-set headers of one probe: a ``ping`` in the session."""
-    probe_id = PROBE_ID_PREFIX + secrets.token_hex(8)
-    body = json.dumps({"jsonrpc": "2.0", "id": probe_id, "method": "ping"}).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "Mcp-Session-Id": session_id,
-    }
-    if protocol_version:
-        headers["MCP-Protocol-Version"] = protocol_version
-    return probe_id, body, headers
-
-
-def _token_only(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Of a request's upstream headers, those a token-only probe keeps.
-
-    See :func:`mcp_sse_gateway.auth.probe_token_only`.
-    """
-    keep = {"authorization", "mcp-protocol-version", "traceparent", "tracestate"}
-    return [(n, v) for n, v in headers if n.lower() in keep]
 
 
 class Authorizer:
@@ -137,7 +96,7 @@ class Authorizer:
         )
         self._inflight: dict[tuple[str, ...], asyncio.Task[ProbeAnswer]] = {}
         self._warned_anonymous = False
-        self.client: aiohttp.ClientSession | None = None
+        self.upstream: HttpUpstream | None = None
 
     def presented(self, request: web.Request) -> auth.Presented:
         """The credentials *request* (to the MCP endpoint) presents, its query string included."""
@@ -233,10 +192,10 @@ class Authorizer:
             (*probe_key, share),
             session_id,
             url,
-            _token_only(headers) if token_only else headers,
+            token_only_headers(headers) if token_only else headers,
             protocol_version,
         )
-        outcome = _outcome(answer)
+        outcome = probe_outcome(answer)
         self._metrics.auth_probes.labels(outcome).inc()
         log.info("auth.probed", outcome=outcome, status=answer.status)
         if outcome == "ok":
@@ -262,7 +221,7 @@ class Authorizer:
             with contextlib.suppress(StoreError):
                 await self._store.tombstone_session(session_id)
             log.info("session.gone_upstream")
-        return _refusal(answer)
+        return refusal_response(answer)
 
     def _cached(self, key: tuple[str, str, str]) -> float | None:
         until = self._cache.get(key)
@@ -315,50 +274,16 @@ class Authorizer:
         headers: list[tuple[str, str]],
         protocol_version: str | None,
     ) -> ProbeAnswer:
-        assert self.client is not None, "the upstream client is set at start-up"
-        probe_id, body, own = probe_request(session_id, None)
-        forwarded = [(n, v) for n, v in headers if n.lower() not in _NOT_FORWARDED]
-        if protocol_version and not any(n.lower() == "mcp-protocol-version" for n, _ in forwarded):
-            own["MCP-Protocol-Version"] = protocol_version
-        forwarded = [(n, v) for n, v in forwarded if n.lower() != "mcp-session-id"]
-        started = time.perf_counter()
-        answer: ProbeAnswer | None = None
-        try:
-            async with asyncio.timeout(self._auth.probe_timeout_s):
-                try:
-                    response, _ = await open_upstream(
-                        self.client,
-                        "POST",
-                        url,  # type: ignore[arg-type]
-                        [*forwarded, *own.items()],
-                        body,
-                        headers_timeout_s=self._auth.probe_timeout_s,
-                    )
-                except UpstreamError as exc:
-                    log.warning("auth.probe_failed", error=type(exc).__name__)
-                    return ProbeAnswer(None)
-                async with response:
-                    if 200 <= response.status < 300:  # noqa: PLR2004
-                        # A 2xx counts only with the JSON-RPC answer to this ping in it (a
-                        # result or an error): a sign-in page served with 200 is no consent.
-                        answered = await _answers(response, probe_id)
-                        return ProbeAnswer(response.status, answered=answered)
-                    relayed = client_response_headers(
-                        list(response.headers.items()), keep_length=False
-                    )
-                    answer = ProbeAnswer(response.status, relayed, b"", complete=False)
-                    with contextlib.suppress(aiohttp.ClientError, OSError):
-                        read, complete = await _read_bounded(response, PROBE_MAX_BODY_BYTES)
-                        answer = ProbeAnswer(response.status, relayed, read, complete)
-                    return answer
-        except TimeoutError:
-            if answer is not None:
-                # The status came in time; only the body did not (it is not needed to decide).
-                return answer
-            log.warning("auth.probe_timed_out", timeout_s=self._auth.probe_timeout_s)
-            return ProbeAnswer(None)
-        finally:
-            self._metrics.auth_probe_seconds.observe(time.perf_counter() - started)
+        assert self.upstream is not None, "the upstream is set at start-up"
+        return await send_probe(
+            self.upstream,
+            session_id,
+            url,
+            headers,
+            protocol_version,
+            timeout_s=self._auth.probe_timeout_s,
+            metrics=self._metrics,
+        )
 
     async def close(self) -> None:
         """Cancel probes still running (shutdown)."""
@@ -367,94 +292,3 @@ class Authorizer:
         for task in list(self._inflight.values()):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    """Up to *limit* bytes of *response*'s body, and whether that is all of it."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_any():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
-
-
-def _outcome(answer: ProbeAnswer) -> str:
-    """The probe outcome label: ``ok``, ``401`` … (relayed refusals), ``unavailable``, ``other``."""
-    status = answer.status
-    if status is None or status >= HTTPStatus.INTERNAL_SERVER_ERROR:
-        return "unavailable"
-    if 200 <= status < 300 and answer.answered:  # noqa: PLR2004
-        return "ok"
-    if status in RELAYED_REFUSALS:
-        return str(status)
-    return "other"
-
-
-def _is_answer(data: bytes | str, probe_id: str) -> bool:
-    """Whether *data* is JSON holding a JSON-RPC result (or dispatched error) for *probe_id*."""
-    try:
-        message = json.loads(data)
-    except (ValueError, RecursionError):
-        return False
-    messages = message if isinstance(message, list) else [message]
-    return any(
-        isinstance(m, dict)
-        and m.get("id") == probe_id
-        and (
-            "result" in m
-            or (isinstance(m.get("error"), dict) and m["error"].get("code") in DISPATCHED_ERRORS)
-        )
-        for m in messages
-    )
-
-
-async def _answers(response: aiohttp.ClientResponse, probe_id: str) -> bool:
-    """Whether *response* (a 2xx) carries the JSON-RPC response to the ping *probe_id*.
-
-    JSON is read whole (at most :data:`PROBE_MAX_BODY_BYTES`); an event stream is read until
-    that response (the same bound), so an upstream that keeps it open costs nothing more.
-    """
-    if response.content_type == "application/json":
-        body, complete = await _read_bounded(response, PROBE_MAX_BODY_BYTES)
-        return complete and _is_answer(body, probe_id)
-    if response.content_type != "text/event-stream":
-        return False
-    decoder = SSEDecoder(max_event_bytes=PROBE_MAX_BODY_BYTES)
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        try:
-            events = [] if size > PROBE_MAX_BODY_BYTES else decoder.feed(chunk)
-        except SSEError:
-            return False
-        if size > PROBE_MAX_BODY_BYTES:
-            return False
-        if any(e.data and probe_id in e.data and _is_answer(e.data, probe_id) for e in events):
-            return True
-    return False
-
-
-def _refusal(answer: ProbeAnswer) -> web.Response:
-    """The upstream's refusal as the client gets it: status, headers and body as they were.
-
-    A body longer than :data:`PROBE_MAX_BODY_BYTES` is replaced by a JSON-RPC error.
-    """
-    assert answer.status is not None
-    out = web.Response(status=answer.status)
-    headers = answer.headers
-    body = answer.body
-    if not answer.complete:
-        headers = [
-            (n, v) for n, v in headers if n.lower() not in {"content-type", "content-encoding"}
-        ]
-        headers.append(("Content-Type", "application/json"))
-        body = json.dumps(
-            jsonrpc.error_response(None, -32600, HTTPStatus(answer.status).phrase)
-        ).encode()
-    for name, value in headers:
-        out.headers.add(name, value)
-    out.body = body
-    return out

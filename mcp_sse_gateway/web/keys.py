@@ -2,42 +2,55 @@
 
 from __future__ import annotations
 
-import aiohttp
 from aiohttp import web
 
 from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.metrics import Metrics
-from mcp_sse_gateway.registry import Registry
 from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.streams import Streams
+from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.web.authz import Authorizer
+from mcp_sse_gateway.web.upstream import HttpUpstream
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", EventStore)
 METRICS = web.AppKey("metrics", Metrics)
-UPSTREAM_CLIENT = web.AppKey("upstream_client", aiohttp.ClientSession)
+#: The upstream seam (aiohttp's pooled client inside, started with the app).
+UPSTREAM = web.AppKey("upstream", HttpUpstream)
 
 
 class GatewayState:
     """Mutable, process-wide state of one gateway app.
 
+    Args:
+        registry: the app's registry, whose ``closing`` flag is the draining state.
+
     Attributes:
-        draining: set on shutdown; ``/readyz`` answers 503 from then on.
-        streams: the client responses currently relaying a stream, closed on shutdown.
         in_flight: requests being served now (``server.max_concurrent_requests``).
         buffered_bytes: request body bytes held now (``server.max_buffered_body_bytes``).
         busy_logged_at: when a refusal for capacity was last logged (monotonic seconds).
     """
 
-    def __init__(self) -> None:
-        self.draining = False
-        self.streams: set[web.StreamResponse] = set()
+    def __init__(self, registry: Registry) -> None:
+        self._registry = registry
         self.in_flight = 0
         self.buffered_bytes = 0
         self.busy_logged_at = float("-inf")
 
+    @property
+    def draining(self) -> bool:
+        """Set on shutdown: ``/readyz`` answers 503, and nothing new is started or re-opened."""
+        return self._registry.closing
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._registry.closing = value
+
 
 STATE = web.AppKey("state", GatewayState)
 REGISTRY = web.AppKey("registry", Registry)
+#: The stream layer: request streams, standalone streams (on the registry, store, upstream).
+STREAMS = web.AppKey("streams", Streams)
 #: Resume authorization (DESIGN D8): credential digests, upstream probes.
 AUTHORIZER = web.AppKey("authorizer", Authorizer)
 #: Per request: the body bytes it holds, counted in ``GatewayState.buffered_bytes``.

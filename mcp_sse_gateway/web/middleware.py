@@ -84,7 +84,7 @@ BUSY_LOG_INTERVAL_S = 1.0
 def _status_for(exc: GatewayError) -> tuple[int, int, str]:
     for cls in type(exc).__mro__:
         if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+            return STATUS_BY_ERROR[cls]
     return 500, -32603, "Internal error"
 
 

@@ -12,16 +12,16 @@ import contextlib
 import re
 from http import HTTPStatus
 
-import aiohttp
 import structlog
 from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.config import Settings
-from mcp_sse_gateway.errors import SSEError, StoreError
+from mcp_sse_gateway.errors import SSEError, StoreError, UpstreamBroken
 from mcp_sse_gateway.headers import client_response_headers
 from mcp_sse_gateway.sse import SSEDecoder
-from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STATE, STORE
+from mcp_sse_gateway.streams.upstream import UpstreamResponse
+from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STORE
 
 log = structlog.get_logger("mcp_sse_gateway.relay")
 
@@ -32,12 +32,12 @@ _VERSION_LABEL = re.compile(r"\A\d{4}-\d{2}-\d{2}\Z")
 _BODYLESS_STATUS = frozenset({HTTPStatus.NO_CONTENT, HTTPStatus.NOT_MODIFIED})
 
 
-def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
+def _is_event_stream(response: UpstreamResponse) -> bool:
     return response.content_type == "text/event-stream"
 
 
 async def relay_response(
-    request: web.Request, response: aiohttp.ClientResponse, *, record_initialize: bool = False
+    request: web.Request, response: UpstreamResponse, *, record_initialize: bool = False
 ) -> web.StreamResponse:
     """Relay an upstream response as it is, status and headers included.
 
@@ -49,11 +49,11 @@ async def relay_response(
 
 
 async def _record_initialize(
-    request: web.Request, response: aiohttp.ClientResponse, messages: list[dict[str, object]] | None
+    request: web.Request, response: UpstreamResponse, messages: list[dict[str, object]] | None
 ) -> None:
     """Record the session's protocol version from an InitializeResult, if one is present."""
-    version = jsonrpc.initialize_version(messages)  # type: ignore[arg-type]
-    session_id = response.headers.get("Mcp-Session-Id")
+    version = jsonrpc.initialize_version(messages)
+    session_id = response.header("Mcp-Session-Id")
     if version is None or not session_id:
         return
     try:
@@ -69,29 +69,48 @@ async def _record_initialize(
     log.info("session.recorded", protocol_version=version)
 
 
-def _client_response(response: aiohttp.ClientResponse, *, keep_length: bool) -> web.StreamResponse:
+def _client_response(response: UpstreamResponse, *, keep_length: bool) -> web.StreamResponse:
     out = web.StreamResponse(status=response.status, reason=response.reason)
-    for name, value in client_response_headers(
-        list(response.headers.items()), keep_length=keep_length
-    ):
+    for name, value in client_response_headers(list(response.headers), keep_length=keep_length):
         out.headers.add(name, value)
     return out
 
 
-async def _relay_body(request: web.Request, response: aiohttp.ClientResponse) -> web.StreamResponse:
+async def _relay_body(request: web.Request, response: UpstreamResponse) -> web.StreamResponse:
     """Relay status, headers and body as they are, streaming the body chunk by chunk."""
     bodyless = request.method == "HEAD" or response.status in _BODYLESS_STATUS
     out = _client_response(response, keep_length=True)
     await out.prepare(request)
-    if not bodyless:
-        async for chunk in response.content.iter_any():
-            await out.write(chunk)
-    await out.write_eof()
+    if bodyless:
+        await out.write_eof()
+    else:
+        await _copy_body(request, out, response)
     return out
 
 
+async def _copy_body(
+    request: web.Request, out: web.StreamResponse, response: UpstreamResponse, head: bytes = b""
+) -> None:
+    """Write *head*, then the rest of *response*'s body, then end *out*.
+
+    A body that breaks off upstream is cut at the client too (the connection is aborted), so
+    the client sees a truncated body, never one that looks complete.
+    """
+    try:
+        if head:
+            await out.write(head)
+        async for chunk in response.chunks():
+            await out.write(chunk)
+    except UpstreamBroken:
+        log.warning("upstream.body_broken")
+        if request.transport is not None:
+            request.transport.abort()
+        return
+    await out.write_eof()
+
+
 async def relay_initialize_json(
-    request: web.Request, response: aiohttp.ClientResponse, settings: Settings
+    request: web.Request, response: UpstreamResponse, settings: Settings
 ) -> web.StreamResponse:
     """Relay a JSON answer to initialize, recording the session's version from it.
 
@@ -99,16 +118,13 @@ async def relay_initialize_json(
     """
     limit = settings.store.max_event_bytes
     body = bytearray()
-    async for chunk in response.content.iter_any():
+    async for chunk in response.chunks():
         body += chunk
         if len(body) > limit:
             # Too big to be an InitializeResult worth parsing: relay the rest unparsed.
             out = _client_response(response, keep_length=True)
             await out.prepare(request)
-            await out.write(bytes(body))
-            async for rest in response.content.iter_any():
-                await out.write(rest)
-            await out.write_eof()
+            await _copy_body(request, out, response, bytes(body))
             return out
     await _record_initialize(request, response, jsonrpc.parse_messages(bytes(body)))
     out = _client_response(response, keep_length=True)
@@ -119,24 +135,22 @@ async def relay_initialize_json(
 
 
 async def _relay_event_stream(
-    request: web.Request, response: aiohttp.ClientResponse, *, record_initialize: bool
+    request: web.Request, response: UpstreamResponse, *, record_initialize: bool
 ) -> web.StreamResponse:
     """Relay an SSE response chunk by chunk as it arrives, never compressed or buffered.
 
     When the client goes away the handler is cancelled and the upstream request is closed with
     it (pass-through: the client's disconnect is mirrored upstream).
     """
-    state = request.app[STATE]
     metrics = request.app[METRICS]
     out = _client_response(response, keep_length=False)
     out.headers.update(SSE_HEADERS)
     decoder = SSEDecoder(max_event_bytes=request.app[SETTINGS].store.max_event_bytes)
     watching = record_initialize
     await out.prepare(request)
-    state.streams.add(out)
     metrics.streams_active.inc()
     try:
-        async for chunk in response.content.iter_any():
+        async for chunk in response.chunks():
             try:
                 await out.write(chunk)
             except ConnectionResetError:
@@ -144,11 +158,10 @@ async def _relay_event_stream(
                 return out
             if watching:
                 watching = await _watch_initialize(request, response, decoder, chunk)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
+    except UpstreamBroken:
         # The upstream broke mid-stream; the client sees the stream end (it may retry).
         log.warning("upstream.stream_broken")
     finally:
-        state.streams.discard(out)
         metrics.streams_active.dec()
     with contextlib.suppress(ConnectionResetError):
         await out.write_eof()
@@ -156,7 +169,7 @@ async def _relay_event_stream(
 
 
 async def _watch_initialize(
-    request: web.Request, response: aiohttp.ClientResponse, decoder: SSEDecoder, chunk: bytes
+    request: web.Request, response: UpstreamResponse, decoder: SSEDecoder, chunk: bytes
 ) -> bool:
     """Feed the decoder; record the InitializeResult when it passes. False once done."""
     try:

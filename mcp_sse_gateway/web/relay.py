@@ -43,6 +43,8 @@ from mcp_sse_gateway.headers import (
 )
 from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
 from mcp_sse_gateway.paths import PathRole, path_role
+from mcp_sse_gateway.streams.upstream import UpstreamCall
+from mcp_sse_gateway.web import managed
 from mcp_sse_gateway.web.keys import (
     AUTHORIZER,
     BUFFERED_BYTES,
@@ -50,11 +52,9 @@ from mcp_sse_gateway.web.keys import (
     SETTINGS,
     STATE,
     STORE,
-    UPSTREAM_CLIENT,
+    UPSTREAM,
 )
-from mcp_sse_gateway.web.managed import ManagedStreams, UpstreamCall
 from mcp_sse_gateway.web.passthrough import relay_initialize_json, relay_response
-from mcp_sse_gateway.web.upstream import open_upstream
 
 log = structlog.get_logger("mcp_sse_gateway.relay")
 
@@ -208,7 +208,6 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
         auth=binding,
         creator=creator,
     )
-    managed = ManagedStreams(request.app)
     if session_id is not None and era.resumable:
         if request.method == "GET" and last_event_id is not None:
             return await managed.resume(
@@ -235,15 +234,7 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
             )
     messages = jsonrpc.parse_messages(body) if request.method == "POST" and body else None
     initialize = request.method == "POST" and jsonrpc.is_initialize(messages)
-    response, waited_s = await open_upstream(
-        request.app[UPSTREAM_CLIENT],
-        request.method,
-        call.url,
-        call.headers,
-        body,
-        headers_timeout_s=settings.upstream.headers_timeout_s,
-    )
-    request.app[METRICS].upstream_headers_seconds.observe(waited_s)
+    response = await request.app[UPSTREAM].open(request.method, call.url, call.headers, body)
     async with response:
         # A 404 for a session the gateway never saw is not remembered: random DELETEs must not
         # fill the store with tombstones. Nor is one answered to another user than the session's
@@ -290,15 +281,12 @@ async def relay_other(request: web.Request) -> web.StreamResponse:
         log.info("request.ambiguous_path")
         raise AmbiguousPath
     body = await read_body(request, settings.server.max_body_bytes, settings.server.body_timeout_s)
-    response, waited_s = await open_upstream(
-        request.app[UPSTREAM_CLIENT],
+    response = await request.app[UPSTREAM].open(
         request.method,
         upstream_url_for(request, settings, mcp=False),
         _forward_headers(request, settings, mcp=False),
         body,
-        headers_timeout_s=settings.upstream.headers_timeout_s,
     )
-    request.app[METRICS].upstream_headers_seconds.observe(waited_s)
     async with response:
         return await relay_response(request, response)
 

@@ -1,21 +1,33 @@
-"""The one seam to the upstream: open a request, get response headers, map failures.
+"""The upstream seam on aiohttp's client (:mod:`mcp_sse_gateway.streams.upstream`).
 
-Foreign exceptions (aiohttp's) are mapped here, once, to the gateway's
-:class:`~mcp_sse_gateway.errors.UpstreamError` tree, raised ``from`` the original.
-Nothing is retried: a POST may carry a JSON-RPC request that must not run twice.
+Foreign exceptions (aiohttp's, the socket's) are mapped here, once, before and after the
+response headers, to the gateway's :class:`~mcp_sse_gateway.errors.UpstreamError` tree, raised
+``from`` the original. Nothing is retried: a POST may carry a JSON-RPC request that must not
+run twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import TracebackType
+from typing import Self
 
 import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
 from mcp_sse_gateway.config import UpstreamSettings
-from mcp_sse_gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
+from mcp_sse_gateway.errors import (
+    UpstreamBroken,
+    UpstreamConnectError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+)
+
+#: What reading a response body may raise besides cancellation: all of it means "broken".
+_BODY_ERRORS = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError)
 
 
 def make_client_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
@@ -23,7 +35,7 @@ def make_client_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
 
     No pool cap by default (``max_connections = 0``): a cap would queue tool calls behind
     long-running streams. Only the connect phase has a socket timeout; the wait for response
-    headers is bounded per request by :func:`open_upstream`, and a quiet stream is never cut.
+    headers is bounded per request by :meth:`HttpUpstream.open`, and a quiet stream is never cut.
     """
     connector = aiohttp.TCPConnector(
         limit=settings.max_connections,
@@ -45,48 +57,138 @@ def make_client_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
     )
 
 
-async def open_upstream(
-    client: aiohttp.ClientSession,
-    method: str,
-    url: URL,
-    headers: Sequence[tuple[str, str]],
-    body: bytes | None,
-    *,
-    headers_timeout_s: float,
-) -> tuple[aiohttp.ClientResponse, float]:
-    """Send one request upstream and wait for its response headers.
+class HttpResponse:
+    """An :class:`~mcp_sse_gateway.streams.upstream.UpstreamResponse` over aiohttp's."""
 
-    Redirects are never followed (the client gets the 3xx as is).
+    __slots__ = ("_response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    @property
+    def status(self) -> int:
+        """The HTTP status code."""
+        return self._response.status
+
+    @property
+    def reason(self) -> str | None:
+        """The reason phrase as received."""
+        return self._response.reason
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """The response headers as received (in order, repeated names kept)."""
+        return list(self._response.headers.items())
+
+    @property
+    def content_type(self) -> str:
+        """The media type of ``Content-Type``, lower case (``application/octet-stream``: none)."""
+        return self._response.content_type
+
+    def header(self, name: str) -> str | None:
+        """The first value of header *name*, or None."""
+        return self._response.headers.get(name)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives.
+
+        Raises:
+            UpstreamBroken: reset, truncated chunked body, malformed encoding, read timeout.
+        """
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except _BODY_ERRORS as exc:
+            raise UpstreamBroken("the upstream's response body broke off") from exc
+
+    def close(self) -> None:
+        """Close the connection now."""
+        self._response.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._response.__aexit__(exc_type, exc, tb)
+
+
+class HttpUpstream:
+    """The :class:`~mcp_sse_gateway.streams.upstream.Upstream` of a running app.
 
     Args:
-        client: from :func:`make_client_session`.
-        method: the HTTP method, as received.
-        url: absolute upstream URL (always the configured origin).
-        headers: from :func:`mcp_sse_gateway.headers.upstream_request_headers`.
-        body: the request body, or None for none.
-        headers_timeout_s: bound on the wait for response headers, seconds.
+        settings: the ``[upstream]`` section.
+        observe_headers_wait: called with each wait for response headers, seconds (a metric).
 
-    Returns:
-        The response, body not yet read (the caller must release or close it), and the wait
-        for headers in seconds.
-
-    Raises:
-        UpstreamConnectError: connection refused, DNS or TLS failure, connect timeout.
-        UpstreamTimeout: no response headers within ``headers_timeout_s``.
-        UpstreamProtocolError: the upstream closed the connection or sent invalid HTTP.
-
-    Cancelling closes the upstream connection; nothing is retried.
+    The pooled client exists between :meth:`start` and :meth:`close` (the app's lifetime).
     """
-    started = time.perf_counter()
-    try:
-        async with asyncio.timeout(headers_timeout_s):
-            response = await client.request(
-                method, url, headers=list(headers), data=body, allow_redirects=False
-            )
-    except TimeoutError as exc:
-        raise UpstreamTimeout("no response headers from the upstream in time") from exc
-    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        raise UpstreamConnectError("cannot connect to the upstream") from exc
-    except (aiohttp.ClientError, ValueError) as exc:
-        raise UpstreamProtocolError("the upstream failed before answering") from exc
-    return response, time.perf_counter() - started
+
+    def __init__(
+        self, settings: UpstreamSettings, observe_headers_wait: Callable[[float], None]
+    ) -> None:
+        self._settings = settings
+        self._observe = observe_headers_wait
+        self._client: aiohttp.ClientSession | None = None
+
+    def start(self) -> None:
+        """Create the pooled client (inside the running event loop)."""
+        if self._client is None:
+            self._client = make_client_session(self._settings)
+
+    async def close(self) -> None:
+        """Close the pooled client and every connection in it."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def open(
+        self,
+        method: str,
+        url: URL,
+        headers: Sequence[tuple[str, str]],
+        body: bytes | None,
+        *,
+        headers_timeout_s: float | None = None,
+    ) -> HttpResponse:
+        """Send one request upstream and wait for its response headers.
+
+        Args:
+            method: the HTTP method, as received.
+            url: absolute upstream URL (always the configured origin).
+            headers: from :func:`mcp_sse_gateway.headers.upstream_request_headers`.
+            body: the request body, or None for none.
+            headers_timeout_s: bound on the wait for headers, seconds (default
+                ``upstream.headers_timeout_s``).
+
+        Returns:
+            The response, body not yet read (release it with ``async with`` or close it).
+
+        Raises:
+            UpstreamConnectError: connection refused, DNS or TLS failure, connect timeout.
+            UpstreamTimeout: no response headers within the bound.
+            UpstreamProtocolError: the upstream closed the connection or sent invalid HTTP.
+            RuntimeError: called outside :meth:`start` … :meth:`close`.
+        """
+        if self._client is None:
+            raise RuntimeError("the upstream client is not started")
+        timeout_s = (
+            self._settings.headers_timeout_s if headers_timeout_s is None else headers_timeout_s
+        )
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self._client.request(
+                    method, url, headers=list(headers), data=body, allow_redirects=False
+                )
+        except TimeoutError as exc:
+            raise UpstreamTimeout("no response headers from the upstream in time") from exc
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            raise UpstreamConnectError("cannot connect to the upstream") from exc
+        except (aiohttp.ClientError, HttpProcessingError, ValueError) as exc:
+            raise UpstreamProtocolError("the upstream failed before answering") from exc
+        self._observe(time.perf_counter() - started)
+        return HttpResponse(response)

@@ -15,13 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import signal
-import socket
-import sys
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -31,9 +26,14 @@ import redis.asyncio as aioredis
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.example.process import example_upstream
 from tests.conftest import TEST_DIGEST_KEY
+from tests.support.gateway_process import gateway_env, gateway_process, serve_command
 from tests.support.mcp_http import open_session
 from tests.support.mcp_http import stream_notifications_call as _call
-from tests.support.sse_client import Event, read_events
+from tests.support.ports import free_port
+from tests.support.redis_keys import redis_store
+from tests.support.sse_client import json_messages as _messages
+from tests.support.sse_client import read_events
+from tests.support.waiting import until_status
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -41,29 +41,8 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 DEADLINE_S = 30.0
 
 
-def _messages(events: list[Event]) -> list[dict[str, Any]]:
-    return [json.loads(e.data) for e in events if e.data]
-
-
 def _indexes(messages: list[dict[str, Any]]) -> list[int]:
     return [m["params"]["data"]["index"] for m in messages if m.get("method")]
-
-
-def _store(url: str, **extra: Any) -> dict[str, Any]:
-    return {"backend": "redis", "redis_url": url, "key_prefix": uuid.uuid4().hex, **extra}
-
-
-async def _resume_status(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> int:
-    async with http.get(url, headers=headers) as response:
-        return response.status
-
-
-async def _until_status(
-    http: aiohttp.ClientSession, url: str, headers: dict[str, str], status: int
-) -> None:
-    async with asyncio.timeout(DEADLINE_S):
-        while await _resume_status(http, url, headers) != status:
-            await asyncio.sleep(0.05)  # polling a condition with a deadline
 
 
 async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recovers(
@@ -72,7 +51,7 @@ async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recove
     count = 30
     async with (
         example_upstream() as upstream_url,
-        gateway(upstream_url, store=_store(private_redis.url)) as gw,
+        gateway(upstream_url, store=redis_store(private_redis.url)) as gw,
         aiohttp.ClientSession() as http,
     ):
         headers = await open_session(http, gw.mcp_url)
@@ -105,7 +84,9 @@ async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recove
 
         # Redis returns empty (no persistence): the gap is reported, not skipped.
         private_redis.start()
-        await _until_status(http, gw.mcp_url, resume, 400)
+        await until_status(
+            gw.mcp_url, 400, timeout_s=DEADLINE_S, http=http, headers=resume, retry_errors=False
+        )
 
         # The gateway recovered by itself: a new session streams with ids again.
         headers2 = await open_session(http, gw.mcp_url)
@@ -124,7 +105,7 @@ async def test_redis_refusing_writes_mid_stream_drops_the_life_so_resumes_get_40
     try:
         async with (
             example_upstream() as upstream_url,
-            gateway(upstream_url, store=_store(private_redis.url)) as gw,
+            gateway(upstream_url, store=redis_store(private_redis.url)) as gw,
             aiohttp.ClientSession() as http,
         ):
             headers = await open_session(http, gw.mcp_url)
@@ -142,7 +123,14 @@ async def test_redis_refusing_writes_mid_stream_drops_the_life_so_resumes_get_40
             assert [m["id"] for m in messages if "id" in m and "method" not in m] == [1]
             await admin.config_set("maxmemory", "0")
             # Events after the cursor were never stored: the resume must not skip them silently.
-            await _until_status(http, gw.mcp_url, {**headers, "Last-Event-ID": cursor}, 400)
+            await until_status(
+                gw.mcp_url,
+                400,
+                timeout_s=DEADLINE_S,
+                http=http,
+                headers={**headers, "Last-Event-ID": cursor},
+                retry_errors=False,
+            )
     finally:
         with contextlib.suppress(Exception):
             await admin.config_set("maxmemory", "0")
@@ -152,19 +140,11 @@ async def test_redis_refusing_writes_mid_stream_drops_the_life_so_resumes_get_40
 # A gateway process killed mid-call ------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def _gateway_process(
+def _gateway_process(
     upstream_url: str, port: int, redis_url: str, prefix: str
-) -> AsyncIterator[asyncio.subprocess.Process]:
+) -> contextlib.AbstractAsyncContextManager[asyncio.subprocess.Process]:
     """``mcp-sse-gateway serve`` as a process on *port*, on Redis, ready when yielded."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SSE_GATEWAY_")}
-    env.update(
+    env = gateway_env(
         MCP_SSE_GATEWAY_STORE__BACKEND="redis",
         MCP_SSE_GATEWAY_STORE__REDIS_URL=redis_url,
         MCP_SSE_GATEWAY_STORE__KEY_PREFIX=prefix,
@@ -173,37 +153,16 @@ async def _gateway_process(
         MCP_SSE_GATEWAY_STORE__HEARTBEAT_EXPIRY_S="1",
         MCP_SSE_GATEWAY_SSE__KEEPALIVE_S="0.5",
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "mcp_sse_gateway",
-        "serve",
-        "--upstream",
-        upstream_url,
-        "--port",
-        str(port),
+    return gateway_process(
+        serve_command(upstream_url, port),
         env=env,
-        stderr=asyncio.subprocess.DEVNULL,
+        ready_url=f"http://127.0.0.1:{port}/readyz",
+        ready_timeout_s=DEADLINE_S,
     )
-    try:
-        async with aiohttp.ClientSession() as http, asyncio.timeout(DEADLINE_S):
-            while True:
-                if process.returncode is not None:
-                    raise RuntimeError(f"gateway exited with {process.returncode}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"http://127.0.0.1:{port}/readyz") as ready:
-                        if ready.status == 200:
-                            break
-                await asyncio.sleep(0.05)  # polling a condition with a deadline
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
 
 
 async def test_killed_gateway_restarted_resuming_client_gets_the_error_once(private_redis):
-    port, prefix = _free_port(), uuid.uuid4().hex
+    port, prefix = free_port(), uuid.uuid4().hex
     url = f"http://127.0.0.1:{port}/mcp"
     async with example_upstream() as upstream_url, aiohttp.ClientSession() as http:
         async with _gateway_process(upstream_url, port, private_redis.url, prefix) as first_run:

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import signal
 import time
-import uuid
 from typing import Any
 
 import aiohttp
@@ -29,7 +27,10 @@ from mcp_sse_gateway.web.keys import METRICS
 from tests.support.latency import latency_proxy
 from tests.support.mcp_http import open_session
 from tests.support.mcp_http import stream_notifications_call as _call
+from tests.support.redis_keys import redis_store
 from tests.support.sse_client import Event, read_events
+from tests.support.sse_client import json_messages as _messages
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
 
@@ -38,16 +39,7 @@ STALL_TIMEOUT_S = 1.0
 
 
 def _store(url: str) -> dict[str, Any]:
-    return {
-        "backend": "redis",
-        "redis_url": url,
-        "key_prefix": uuid.uuid4().hex,
-        "stall_timeout_s": STALL_TIMEOUT_S,
-    }
-
-
-def _messages(events: list[Event]) -> list[dict[str, Any]]:
-    return [json.loads(e.data) for e in events if e.data]
+    return redis_store(url, stall_timeout_s=STALL_TIMEOUT_S)
 
 
 def _indexes(events: list[Event]) -> list[int]:
@@ -169,9 +161,7 @@ async def test_a_frozen_redis_is_down_within_the_stall_timeout_then_recovers(
                         return ended and _indexes(events) == [0, 1]
             return False
 
-        async with asyncio.timeout(DEADLINE_S):
-            while not await serves():
-                await asyncio.sleep(0.05)  # polling a condition with a deadline
+        await eventually(serves, timeout_s=DEADLINE_S, poll_s=0.05)
         timeline["serving again after SIGCONT"] = time.monotonic() - resumed
     print("SIGSTOP timeline (s):", {k: round(v, 3) for k, v in timeline.items()})
     assert timeline["new call refused after"] <= STALL_TIMEOUT_S + 2

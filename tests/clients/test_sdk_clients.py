@@ -7,51 +7,25 @@ gateway's store.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import LoggingMessageNotificationParams
 
 from mcp_sse_gateway.example.content import sha256_hex
 from mcp_sse_gateway.example.process import example_upstream
 from tests.support.chaos import chaos_proxy
+from tests.support.sdk_clients import python_call, ts_call
 
-NODE_DIR = Path(__file__).resolve().parents[1] / "conformance"
-NODE = Path(os.environ.get("MCP_CONFORMANCE_NODE", NODE_DIR / "node_modules/node/bin/node"))
-# Next to the Node packages it imports (ES modules resolve from the script's directory).
-TS_CLIENT = NODE_DIR / "ts_client.mjs"
 NOTIFICATIONS = 40
 INTERVAL_MS = 10
-CALL_TIMEOUT_S = 60
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _indexes(data_items: list[Any]) -> list[int]:
     return [item["index"] for item in data_items if isinstance(item, dict) and "index" in item]
-
-
-async def _python_call(
-    url: str, tool: str, arguments: dict[str, Any], *, max_event_bytes: int = 1024 * 1024
-) -> tuple[list[Any], Any]:
-    logged: list[Any] = []
-
-    async def on_log(params: LoggingMessageNotificationParams) -> None:
-        logged.append(params.data)
-
-    async with (
-        streamable_http_client(url, max_sse_event_size=max_event_bytes) as (read, write),
-        ClientSession(read, write, logging_callback=on_log) as session,
-    ):
-        await session.initialize()
-        result = await asyncio.wait_for(session.call_tool(tool, arguments), CALL_TIMEOUT_S)
-    return logged, result
 
 
 # The Python SDK (mcp 2.3) handles a network error on a *resumed* stream by reconnecting with
@@ -66,14 +40,14 @@ async def test_python_sdk_long_call(gateway, network):
         if "cut" in network:
             async with chaos_proxy(gw.port, cut_after_bytes=2500, max_cuts=1) as proxy:
                 url = f"http://127.0.0.1:{proxy.port}/mcp"
-                logged, result = await _python_call(
+                logged, result = await python_call(
                     url,
                     "stream_notifications",
                     {"count": NOTIFICATIONS, "interval_ms": INTERVAL_MS, "payload_bytes": 100},
                 )
             assert proxy.cuts > 0
         else:
-            logged, result = await _python_call(
+            logged, result = await python_call(
                 url, "stream_notifications", {"count": NOTIFICATIONS, "interval_ms": INTERVAL_MS}
             )
     assert not result.is_error
@@ -87,7 +61,7 @@ async def test_python_sdk_big_unicode_multiline_result_through_cuts(gateway):
         gateway(upstream_url, sse={"poll_after_ms": 0}) as gw,
         chaos_proxy(gw.port, cut_after_bytes=1_000_000, max_cuts=1) as proxy,
     ):
-        _, result = await _python_call(
+        _, result = await python_call(
             f"http://127.0.0.1:{proxy.port}/mcp",
             "big_payload",
             {"size_bytes": 3_000_000},
@@ -100,35 +74,6 @@ async def test_python_sdk_big_unicode_multiline_result_through_cuts(gateway):
     assert proxy.cuts > 0
 
 
-def _node_available() -> bool:
-    return NODE.exists()
-
-
-async def _ts_call(url: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    if not _node_available():
-        if os.environ.get("CI"):
-            pytest.fail(f"Node 22 not found at {NODE}; .ci/run installs it")
-        pytest.skip("Node 22 toolchain not installed (run .ci/run once)")
-    process = await asyncio.create_subprocess_exec(
-        str(NODE),
-        str(TS_CLIENT),
-        url,
-        tool,
-        json.dumps(arguments),
-        cwd=NODE_DIR,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), CALL_TIMEOUT_S)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 0, err.decode()[-2000:]
-    return json.loads(out.decode().strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("network", ["polling", "polling+cuts", "cuts"])
 async def test_typescript_sdk_long_call(gateway, network):
     sse = {"poll_after_ms": 0} if network.startswith("polling") else {}
@@ -136,12 +81,12 @@ async def test_typescript_sdk_long_call(gateway, network):
     async with example_upstream() as upstream_url, gateway(upstream_url, sse=sse) as gw:
         if "cuts" in network:
             async with chaos_proxy(gw.port, cut_after_bytes=2500) as proxy:
-                outcome = await _ts_call(
+                outcome = await ts_call(
                     f"http://127.0.0.1:{proxy.port}/mcp", "stream_notifications", arguments
                 )
             assert proxy.cuts > 0
         else:
-            outcome = await _ts_call(gw.mcp_url, "stream_notifications", arguments)
+            outcome = await ts_call(gw.mcp_url, "stream_notifications", arguments)
     logged = [
         n["params"]["data"]
         for n in outcome["notifications"]
@@ -154,12 +99,12 @@ async def test_typescript_sdk_long_call(gateway, network):
 async def test_example_upstream_bare_surface():
     """The example server itself, without the gateway: what the other tests rely on."""
     async with example_upstream() as upstream_url:
-        logged, result = await _python_call(
+        logged, result = await python_call(
             upstream_url, "stream_notifications", {"count": 50, "interval_ms": 0}
         )
         assert _indexes(logged) == list(range(50))
         assert result.content[0].text == "sent 50 notifications"
-        _, big = await _python_call(
+        _, big = await python_call(
             upstream_url,
             "big_payload",
             {"size_bytes": 200_000, "multiline": True, "unicode": True},

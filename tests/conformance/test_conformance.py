@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,9 @@ import pytest
 
 from tests.conformance.referee import VERSIONS, Report, referee, toolchain_problem
 from tests.conftest import TEST_DIGEST_KEY
+from tests.support.gateway_process import gateway_env, serve_command
+from tests.support.ports import free_port
+from tests.support.processes import stop_popen
 
 # Exact result of these scenarios through the gateway, on every suite version (see referee.py:
 # a verdict is the scenario's worst verdict, a value like "3/3 SUCCESS" is the table cell).
@@ -48,6 +50,7 @@ GATEWAY_ENVIRONMENT = {"MCP_SSE_GATEWAY_SSE__POLL_AFTER_MS": "0"}
 
 UPSTREAM_MODULE = "mcp_sse_gateway.example"
 START_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 10.0
 SCENARIO_TIMEOUT_S = 60.0
 REFEREE_DEADLINE_S = 600.0
 
@@ -63,26 +66,10 @@ def _require_toolchain() -> None:
     pytest.skip(f"conformance toolchain missing: {problem}")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _drain(stream: IO[bytes], sink: IO[bytes]) -> None:
     for line in iter(stream.readline, b""):
         sink.write(line)
         sink.flush()
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _tail(path: Path, chars: int = 3000) -> str:
@@ -133,7 +120,7 @@ def _upstream(log_dir: Path) -> Iterator[str]:
                 )
             yield found[0]
         finally:
-            _stop(proc)
+            stop_popen(proc, STOP_DEADLINE_S)
             reader.join(10)  # EOF after the process ended: stop writing before the log closes
 
 
@@ -151,13 +138,10 @@ def _gateway(
 ) -> Iterator[str]:
     """The gateway in front of *upstream_url*; yields its MCP endpoint URL once /healthz is 200."""
     log = log_dir / "gateway.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SSE_GATEWAY_")}
-    env.update(GATEWAY_ENVIRONMENT)
-    env.update(extra_env or {})
+    env = gateway_env(**{**GATEWAY_ENVIRONMENT, **(extra_env or {})})
     for _attempt in range(3):  # the free port may be taken between probe and bind
-        port = _free_port()
-        cmd = [sys.executable, "-m", "mcp_sse_gateway", "serve", "--upstream", upstream_url]
-        cmd += ["--host", "127.0.0.1", "--port", str(port)]
+        port = free_port()
+        cmd = serve_command(upstream_url, port, host="127.0.0.1")
         with log.open("ab") as sink:
             proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
         try:
@@ -172,7 +156,7 @@ def _gateway(
                     f"gateway not healthy within {START_DEADLINE_S:.0f} s; log:\n{_tail(log)}"
                 )
         finally:
-            _stop(proc)
+            stop_popen(proc, STOP_DEADLINE_S)
     raise RuntimeError(f"gateway exited at start three times; log:\n{_tail(log)}")
 
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tomllib
@@ -23,9 +24,16 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 
 from mcp_sse_gateway.example.process import example_upstream
+from tests.support.gateway_process import (
+    GATEWAY_ENV_PREFIX,
+    gateway_env,
+    gateway_process,
+    serve_command,
+)
 from tests.support.mcp_http import open_session
 from tests.support.mcp_http import stream_notifications_call as _call
-from tests.support.sse_client import read_events
+from tests.support.ports import free_port
+from tests.support.sse_client import json_messages, read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -155,35 +163,27 @@ async def test_the_image_recipe_serves_the_example_server(image_venv, tmp_path):
     """The venv built as the image builds it runs ``mcp-sse-gateway serve`` with the image's
     environment (listening on loopback here instead of 0.0.0.0: tests stay on loopback) and
     carries a resumed tool call; ``mcp-sse-gateway healthcheck`` passes against it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SSE_GATEWAY_")}
-    env.update({k: v for k, v in _image_env().items() if k.startswith("MCP_SSE_GATEWAY_")})
+    env = gateway_env(**{k: v for k, v in _image_env().items() if k.startswith(GATEWAY_ENV_PREFIX)})
     env.pop("PYTHONPATH", None)
-    port = _free_port()
+    port = free_port()
     env["MCP_SSE_GATEWAY_SERVER__HOST"] = "127.0.0.1"
     env["MCP_SSE_GATEWAY_SERVER__PORT"] = str(port)
     binary = image_venv / "bin" / "mcp-sse-gateway"
     async with example_upstream() as upstream_url:
         env["MCP_SSE_GATEWAY_UPSTREAM__URL"] = upstream_url
-        process = await asyncio.create_subprocess_exec(
-            binary,
-            "serve",
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with gateway_process(
+            serve_command(program=[str(binary)]),
             env=env,
+            ready_url=f"http://127.0.0.1:{port}/healthz",
+            ready_timeout_s=30,
             cwd=tmp_path,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}/mcp"
+            stop_signal=signal.SIGTERM,
+            stop_timeout_s=30,
+        ):
             async with aiohttp.ClientSession() as http:
-
-                async def up() -> bool:
-                    try:
-                        async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
-                            return response.status == 200
-                    except aiohttp.ClientError:
-                        return False
-
-                await _eventually_async(up)
                 headers = await open_session(http, url)
                 call = await http.post(url, headers=headers, json=_call(5, 10))
                 first, _ = await read_events(call, until=3)
@@ -194,28 +194,10 @@ async def test_the_image_recipe_serves_the_example_server(image_venv, tmp_path):
                 assert ended
             check = await asyncio.create_subprocess_exec(binary, "healthcheck", env=env)
             assert await asyncio.wait_for(check.wait(), 30) == 0
-        finally:
-            process.terminate()
-            await asyncio.wait_for(process.wait(), 30)
-    messages = [json.loads(e.data) for e in first[:3] + rest if e.data]
+    messages = json_messages(first[:3] + rest)
     indexes = [m["params"]["data"]["index"] for m in messages if m.get("method")]
     assert indexes == list(range(5))
     assert messages[-1]["result"]["content"][0]["text"] == "sent 5 notifications"
-
-
-async def _eventually_async(probe, timeout_s: float = 30) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not await probe():
-            await asyncio.sleep(0.05)
-
-
-def _free_port() -> int:
-    """A free loopback port (released before use; the gateway binds it right after)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_installed_wheel_carries_the_redis_scripts(image_venv, tmp_path):

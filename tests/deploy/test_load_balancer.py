@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
 import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +26,12 @@ import pytest
 from mcp_sse_gateway.event_ids import parse_event_id
 from mcp_sse_gateway.example.process import example_upstream
 from tests.conftest import TEST_DIGEST_KEY
-from tests.support.mcp_http import ACCEPT
+from tests.support.gateway_process import gateway_env, serve_command, start_gateway
+from tests.support.mcp_http import open_session, stream_notifications_call
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 from tests.support.sse_client import read_events
+from tests.support.waiting import eventually, until_status
 
 pytestmark = [
     pytest.mark.redis,
@@ -39,24 +42,8 @@ pytestmark = [
 HAPROXY_CFG = Path(__file__).resolve().parents[2] / "deploy" / "compose" / "haproxy.cfg"
 DEADLINE_S = 60.0
 READY_DEADLINE_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def _wait_ready(url: str, process: asyncio.subprocess.Process | None = None) -> None:
-    async with aiohttp.ClientSession() as http, asyncio.timeout(READY_DEADLINE_S):
-        while True:
-            if process is not None and process.returncode is not None:
-                raise RuntimeError(f"exited with {process.returncode}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(url) as response:
-                    if response.status == 200:
-                        return
-            await asyncio.sleep(0.05)  # polling a condition with a deadline
+#: The ``clientInfo`` name of this file's raw MCP clients.
+CLIENT_NAME = "lb-test"
 
 
 @dataclass
@@ -71,60 +58,52 @@ class Cluster:
 
     async def start(self, index: int) -> None:
         port = self.ports[index]
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "mcp_sse_gateway",
-            "serve",
-            "--upstream",
-            self.upstream_url,
-            "--port",
-            str(port),
+        process = await start_gateway(
+            serve_command(self.upstream_url, port),
             env=self.env,
             stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
         )
         self.replicas[index] = process
-        await _wait_ready(f"http://127.0.0.1:{port}/readyz", process)
+        await until_status(
+            f"http://127.0.0.1:{port}/readyz", 200, timeout_s=READY_DEADLINE_S, process=process
+        )
 
     async def stop(self, index: int, sig: int = signal.SIGTERM) -> None:
-        process = self.replicas[index]
-        if process.returncode is None:
-            process.send_signal(sig)
         try:
-            await asyncio.wait_for(process.wait(), DEADLINE_S)
+            await stop_process(self.replicas[index], sig, timeout_s=DEADLINE_S)
         finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
             del self.replicas[index]
 
     async def streams_active(self, index: int) -> float:
         """The replica's open client streams (its /metrics)."""
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(f"http://127.0.0.1:{self.ports[index]}/metrics") as response,
-        ):
-            for line in (await response.text()).splitlines():
-                if line.startswith("mcp_sse_gateway_streams_active "):
-                    return float(line.split()[1])
-        return 0.0
+        return await _metric(self.ports[index], "mcp_sse_gateway_streams_active")
+
+
+async def _metric(port: int, name: str) -> float:
+    """The value of the unlabelled sample *name* in the /metrics of the replica on *port*."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        for line in (await response.text()).splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+    return 0.0
 
 
 @contextlib.asynccontextmanager
 async def _cluster(redis_url: str, **settings: str) -> AsyncIterator[Cluster]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SSE_GATEWAY_")}
-    env.update(
+    env = gateway_env(
         MCP_SSE_GATEWAY_STORE__BACKEND="redis",
         MCP_SSE_GATEWAY_STORE__REDIS_URL=redis_url,
         MCP_SSE_GATEWAY_AUTH__DIGEST_KEY=TEST_DIGEST_KEY,
         MCP_SSE_GATEWAY_LOGGING__LEVEL="warning",
         **{f"MCP_SSE_GATEWAY_{k.upper()}": v for k, v in settings.items()},
     )
-    lb_port = _free_port()
+    lb_port = free_port()
     async with example_upstream() as upstream_url:
         cluster = Cluster(
-            f"http://127.0.0.1:{lb_port}/mcp", [_free_port() for _ in range(3)], env, upstream_url
+            f"http://127.0.0.1:{lb_port}/mcp", [free_port() for _ in range(3)], env, upstream_url
         )
         lb_env = {
             **os.environ,
@@ -143,12 +122,16 @@ async def _cluster(redis_url: str, **settings: str) -> AsyncIterator[Cluster]:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL,
             )
-            await _wait_ready(f"http://127.0.0.1:{lb_port}/readyz", haproxy)
+            await until_status(
+                f"http://127.0.0.1:{lb_port}/readyz",
+                200,
+                timeout_s=READY_DEADLINE_S,
+                process=haproxy,
+            )
             yield cluster
         finally:
-            if haproxy is not None and haproxy.returncode is None:
-                haproxy.terminate()
-                await haproxy.wait()
+            if haproxy is not None:
+                await stop_process(haproxy, signal.SIGTERM)
             for index in list(cluster.replicas):
                 await cluster.stop(index, signal.SIGKILL)
 
@@ -172,17 +155,8 @@ async def _call_through(
     """One client: initialize, one long tools/call, resumed (via the LB) until it is answered."""
     tally = Tally()
     async with asyncio.timeout(DEADLINE_S):
-        session = await _retrying(lambda: _initialize(http, url))
-        headers = {**ACCEPT, "Mcp-Session-Id": session}
-        call = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "stream_notifications",
-                "arguments": {"count": count, "interval_ms": interval_ms},
-            },
-        }
+        headers = await _retrying(lambda: open_session(http, url, client_name=CLIENT_NAME))
+        call = stream_notifications_call(count, interval_ms)
         response = await _retrying(lambda: http.post(url, headers=headers, json=call))
         return await _follow(http, url, headers, response, tally=tally, cursor=None)
 
@@ -240,28 +214,6 @@ def _count(tally: Tally, events: list[Any], cursor: str | None) -> str | None:
     return cursor
 
 
-async def _initialize(http: aiohttp.ClientSession, url: str) -> str:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "lb-test", "version": "1"},
-        },
-    }
-    async with http.post(url, headers=ACCEPT, json=body) as response:
-        assert response.status == 200
-        session = response.headers["Mcp-Session-Id"]
-        await response.read()
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    headers = {**ACCEPT, "Mcp-Session-Id": session}
-    async with http.post(url, headers=headers, json=note) as response:
-        assert response.status == 202
-    return session
-
-
 async def _retrying(make: Any) -> Any:
     """What a client does on a refused or broken connection: wait ``retry``, try again."""
     for _ in range(200):
@@ -299,14 +251,7 @@ def _check(tallies: list[Tally], count: int) -> dict[str, int]:
 
 
 async def _delivered(port: int) -> float:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"http://127.0.0.1:{port}/metrics") as response,
-    ):
-        for line in (await response.text()).splitlines():
-            if line.startswith("mcp_sse_gateway_events_delivered_total "):
-                return float(line.split()[1])
-    return 0.0
+    return await _metric(port, "mcp_sse_gateway_events_delivered_total")
 
 
 @pytest.mark.parametrize("poll_after_ms", ["0", "300"])
@@ -351,9 +296,9 @@ async def test_rolling_restart_loses_nothing(private_redis):
         feeder = asyncio.ensure_future(arrivals())
         for index in range(3):
             # Only a replica serving streams is a real test of its restart.
-            async with asyncio.timeout(DEADLINE_S):
-                while not await cluster.streams_active(index):
-                    await asyncio.sleep(0.05)  # polling a condition with a deadline
+            await eventually(
+                functools.partial(cluster.streams_active, index), timeout_s=DEADLINE_S, poll_s=0.05
+            )
             await cluster.stop(index)  # SIGTERM: drain, then exit
             await cluster.start(index)  # the replacement, ready
         restarting = False
@@ -370,17 +315,8 @@ async def _pumped_by(
     connection breaks."""
     tally = Tally()
     async with asyncio.timeout(DEADLINE_S):
-        session = await _initialize(http, direct)
-        headers = {**ACCEPT, "Mcp-Session-Id": session}
-        call = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {
-                "name": "stream_notifications",
-                "arguments": {"count": 10_000, "interval_ms": 50},
-            },
-        }
+        headers = await open_session(http, direct, client_name=CLIENT_NAME)
+        call = stream_notifications_call(10_000, 50)
         response = await http.post(direct, headers=headers, json=call)
         first, _ = await read_events(response, until=3)
         cursor = _count(tally, first, None)
@@ -445,8 +381,8 @@ async def test_sdk_clients_through_haproxy(private_redis, client, poll_after_ms,
     flaky network in front of the load balancer)."""
     from urllib.parse import urlsplit
 
-    from tests.clients.test_sdk_clients import _python_call, _ts_call
     from tests.support.chaos import chaos_proxy
+    from tests.support.sdk_clients import python_call, ts_call
 
     settings = {"sse__poll_after_ms": poll_after_ms} if poll_after_ms else {}
     count = 40
@@ -464,12 +400,12 @@ async def test_sdk_clients_through_haproxy(private_redis, client, poll_after_ms,
             if proxy is not None:
                 url = f"http://127.0.0.1:{proxy.port}/mcp"
             if client == "python":
-                logged, result = await _python_call(url, "stream_notifications", arguments)
+                logged, result = await python_call(url, "stream_notifications", arguments)
                 assert not result.is_error
                 text = result.content[0].text
                 indexes = [d["index"] for d in logged if isinstance(d, dict) and "index" in d]
             else:
-                outcome = await _ts_call(url, "stream_notifications", arguments)
+                outcome = await ts_call(url, "stream_notifications", arguments)
                 text = outcome["result"]["content"][0]["text"]
                 indexes = [
                     n["params"]["data"]["index"]
@@ -508,7 +444,12 @@ async def test_a_draining_replica_serves_and_a_call_outliving_the_drain_ends_wit
         await asyncio.wait_for(started.get(), DEADLINE_S)
         draining = cluster.replicas.pop(0)
         draining.send_signal(signal.SIGTERM)
-        await _wait_status(f"http://127.0.0.1:{cluster.ports[0]}/readyz", 503)
+        await until_status(
+            f"http://127.0.0.1:{cluster.ports[0]}/readyz",
+            503,
+            timeout_s=READY_DEADLINE_S,
+            poll_s=0.02,
+        )
         # What arrives during the deregistration lag, still routed to it, is served (sent to
         # it directly here: the load balancer's own lag is not under the test's control).
         lag_call = await _call_through(http, direct, 5, 10)
@@ -518,13 +459,3 @@ async def test_a_draining_replica_serves_and_a_call_outliving_the_drain_ends_wit
     assert tally.error_codes == [-32003]
     assert tally.results == 0
     assert tally.indexes == list(range(len(tally.indexes)))
-
-
-async def _wait_status(url: str, status: int) -> None:
-    async with aiohttp.ClientSession() as http, asyncio.timeout(READY_DEADLINE_S):
-        while True:
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(url) as response:
-                    if response.status == status:
-                        return
-            await asyncio.sleep(0.02)  # polling a condition with a deadline

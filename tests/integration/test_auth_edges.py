@@ -13,7 +13,7 @@ import json
 import pytest
 from aiohttp import web
 
-from mcp_sse_gateway.web.keys import METRICS, REGISTRY, STORE
+from mcp_sse_gateway.web.keys import METRICS, STORE, STREAMS
 from tests.integration.test_managed import SESSION, ToolCall, _call, _headers, _initialize
 from tests.support.sse_client import read_events
 from tests.support.waiting import eventually
@@ -193,9 +193,9 @@ async def test_refused_plain_gets_leave_nothing_behind(upstream, gateway, http):
         for index in range(50):
             async with http.get(gw.mcp_url, headers=_headers(f"unknown-{index}")) as response:
                 assert response.status == 404
-        registry = gw.app[REGISTRY]
-        assert not registry._standalone_locks
-        assert not registry.standalone_calls
+        standalone = gw.app[STREAMS].standalone
+        assert not standalone._locks
+        assert not standalone.calls
 
 
 async def test_principal_mode_checks_an_unverified_jwt_on_its_own(upstream, gateway, http):

@@ -22,6 +22,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_sse_gateway.example.content import payload_text, sha256_hex
+from tests.support.mcp_http import ACCEPT, PROTOCOL_VERSION, initialize_request, open_session
 from tests.support.upstream import (
     UpstreamStartError,
     example_upstream_process,
@@ -30,18 +31,9 @@ from tests.support.upstream import (
 
 DEADLINE_S = 30
 BIG_PAYLOAD_BYTES = 3 * 1024 * 1024
-ACCEPT = {"Accept": "application/json, text/event-stream"}
-PROTOCOL_VERSION = "2025-11-25"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": PROTOCOL_VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
+#: The ``clientInfo`` name and ``initialize`` id of this file's raw clients.
+CLIENT_NAME, INITIALIZE_ID = "test", 1
+INITIALIZE = initialize_request(PROTOCOL_VERSION, client_name=CLIENT_NAME, request_id=INITIALIZE_ID)
 
 
 @pytest.fixture
@@ -252,15 +244,9 @@ async def _sse_events(response: aiohttp.ClientResponse) -> list[dict[str, str]]:
 
 async def _open_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
     """Initialize a session by hand; returns the headers of its later requests."""
-    init = await http.post(url, headers=ACCEPT, json=INITIALIZE)
-    session_id = init.headers["Mcp-Session-Id"]
-    await init.read()
-    headers = {**ACCEPT, "Mcp-Session-Id": session_id, "MCP-Protocol-Version": PROTOCOL_VERSION}
-    ack = await http.post(
-        url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+    return await open_session(
+        http, url, client_name=CLIENT_NAME, request_id=INITIALIZE_ID, version_header=True
     )
-    assert ack.status == 202
-    return headers
 
 
 async def _request(

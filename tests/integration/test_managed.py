@@ -18,8 +18,9 @@ from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.event_ids import parse_event_id
-from mcp_sse_gateway.web.keys import METRICS, REGISTRY
+from mcp_sse_gateway.web.keys import METRICS, REGISTRY, STREAMS
 from tests.support.scripted import DEADLINE_S
+from tests.support.sse_client import json_messages as _messages
 from tests.support.sse_client import parse, read_events
 from tests.support.waiting import eventually
 
@@ -93,10 +94,6 @@ async def _initialize(upstream, http, gw, version: str = "2025-11-25", session: 
 
 def _call(request_id: int = 7) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "t"}}
-
-
-def _messages(events) -> list[Any]:
-    return [json.loads(e.data) for e in events if e.data]
 
 
 def _headers(session: str = SESSION, **extra: str) -> dict[str, str]:
@@ -597,10 +594,10 @@ async def test_standalone_pump_stops_when_the_session_goes_idle(upstream, gatewa
         upstream.routes["/mcp"] = standalone.handle
         response = await http.get(gw.mcp_url, headers=_headers())
         await standalone.wait_gets(1)
-        assert gw.app[REGISTRY].standalone
+        assert gw.app[STREAMS].standalone.pumps
         response.close()
         # No request refreshes the session: its record expires and the pump lets go.
-        await eventually(lambda: not gw.app[REGISTRY].standalone, timeout_s=DEADLINE_S)
+        await eventually(lambda: not gw.app[STREAMS].standalone.pumps, timeout_s=DEADLINE_S)
         standalone.queue.put_nowait(None)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from typing import Any
 
 import aiohttp
@@ -14,6 +13,7 @@ from yarl import URL
 
 from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.web.keys import STORE
+from tests.support.ports import free_port
 from tests.support.scripted import DEADLINE_S
 
 
@@ -142,9 +142,7 @@ async def test_other_paths_relayed_untouched_and_own_paths_answered(upstream, ga
 
 
 async def test_upstream_unreachable_gives_502_with_jsonrpc_error(gateway, http):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
+    closed_port = free_port()  # nothing listens there
     async with gateway(f"http://127.0.0.1:{closed_port}/mcp") as gw:
         response = await http.post(gw.mcp_url, json=_jsonrpc("ping"))
         assert response.status == 502

@@ -3,8 +3,6 @@ small loopback Redis Cluster."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -20,9 +18,6 @@ from tests.conftest import redis_server_executable
 from tests.support.redis_cluster import ClusterStartError, RedisClusterProcess
 
 StoreFactory = Callable[..., Any]
-#: Every condition a store test waits for is met within this many seconds, or the test fails.
-DEADLINE_S = 10.0
-POLL_S = 0.01
 
 BACKENDS = [
     "memory",
@@ -33,22 +28,8 @@ BACKENDS = [
 REDIS_BACKENDS = ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)]
 
 
-async def eventually(
-    condition: Callable[[], Awaitable[bool] | bool], *, timeout_s: float = DEADLINE_S
-) -> None:
-    """Return as soon as *condition()* (sync or async) is true; TimeoutError after *timeout_s*."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            result = condition()
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(POLL_S)
-
-
 async def raises(call: Callable[[], Awaitable[Any]], error: type[BaseException]) -> bool:
-    """Whether awaiting *call()* raises *error* (for conditions of :func:`eventually`)."""
+    """Whether awaiting *call()* raises *error* (a condition for ``eventually``)."""
     try:
         await call()
     except error:

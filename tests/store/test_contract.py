@@ -16,7 +16,8 @@ import pytest
 from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.memory import MemoryStore
-from tests.store.conftest import eventually, raises
+from tests.store.conftest import raises
+from tests.support.waiting import eventually, parked
 
 #: Short real TTLs (seconds) for expiry tests on every backend.
 SHORT_TTL_S = 0.3
@@ -103,7 +104,7 @@ async def test_wait_wakes_on_append_and_times_out_otherwise(make_store):
     await store.create_stream("s", life, kind="request", owner="r1")
     assert await store.wait("s", life, 0, 0.01) is False
     waiter = asyncio.create_task(store.wait("s", life, 0, 10))
-    await eventually(lambda: store.parked == 1)
+    await eventually(lambda: parked(store, 1))
     assert not waiter.done()
     await store.append("s", life, "a", None)
     assert await asyncio.wait_for(waiter, 5) is True
@@ -115,7 +116,7 @@ async def test_wait_wakes_on_finish(make_store):
     life = new_life()
     await store.create_stream("s", life, kind="request", owner="r1")
     waiter = asyncio.create_task(store.wait("s", life, 0, 10))
-    await eventually(lambda: store.parked == 1)
+    await eventually(lambda: parked(store, 1))
     await store.finish("s", life)
     assert await asyncio.wait_for(waiter, 5) is True
 
@@ -125,7 +126,7 @@ async def test_many_waiters_one_append(make_store):
     life = new_life()
     await store.create_stream("s", life, kind="request", owner="r1")
     waiters = [asyncio.create_task(store.wait("s", life, 0, 10)) for _ in range(200)]
-    await eventually(lambda: store.parked == 200)
+    await eventually(lambda: parked(store, 200))
     await store.append("s", life, "a", None)
     assert await asyncio.wait_for(asyncio.gather(*waiters), 5) == [True] * 200
 
@@ -298,7 +299,7 @@ async def test_wait_wakes_when_the_stream_is_dropped(make_store):
     life = new_life()
     await store.create_stream("s", life, kind="request", owner="r1")
     waiter = asyncio.create_task(store.wait("s", life, 0, 10))
-    await eventually(lambda: store.parked == 1)
+    await eventually(lambda: parked(store, 1))
     await store.purge_session("s")
     assert await asyncio.wait_for(waiter, 5) is True
     with pytest.raises(UnknownStream):
@@ -378,7 +379,7 @@ async def test_end_orphaned_ends_a_dead_owners_stream_exactly_once(make_store):
     await store.create_stream("s", life, kind="request", owner="dead")
     await store.append("s", life, "a", None)
     waiter = asyncio.create_task(store.wait("s", life, 1, 10))
-    await eventually(lambda: store.parked == 1)
+    await eventually(lambda: parked(store, 1))
     results = await asyncio.gather(*(store.end_orphaned("s", life, ERRORS) for _ in range(20)))
     assert sorted(results) == [False] * 19 + [True]
     assert await asyncio.wait_for(waiter, 5) is True

@@ -29,8 +29,9 @@ from mcp_sse_gateway.store.redis import (
     RedisStore,
 )
 from mcp_sse_gateway.store.redis.keys import SessionKeys, heartbeat_key
-from tests.store.conftest import DEADLINE_S, eventually, start_redis_cluster
+from tests.store.conftest import start_redis_cluster
 from tests.support.redis_cluster import RedisClusterProcess
+from tests.support.waiting import DEADLINE_S, eventually, parked
 
 pytestmark = pytest.mark.redis
 
@@ -112,10 +113,6 @@ async def stores(cluster_url: str) -> Any:
     finally:
         for store in built:
             await store.close()
-
-
-async def parked(store: RedisStore, waiting: int) -> bool:
-    return store.parked == waiting
 
 
 # Configuration ----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from mcp_sse_gateway.store.redis import (
 )
 from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
 from tests.conftest import RedisServerProcess, redis_server_executable
-from tests.store.conftest import DEADLINE_S, eventually
+from tests.support.waiting import DEADLINE_S, eventually, parked
 
 PREFIX = "mcp-sse-gateway"
 
@@ -46,14 +46,6 @@ async def outcome(call: Callable[[], Awaitable[Any]]) -> Any:
         return await call()
     except (StoreError, StreamError) as exc:
         return type(exc)
-
-
-async def parked(store: RedisStore, waiting: int) -> bool:
-    """*waiting* calls of wait() are parked on a wake-up, and no command is in flight."""
-    pool = store.clients.commands.connection_pool
-    # A store given one client runs its subscription on one of that client's connections.
-    subscriber = 1 if store.clients.subscriber is store.clients.commands else 0
-    return store.parked == waiting and len(pool._in_use_connections) <= subscriber
 
 
 async def store_connections(admin: Any) -> int:
@@ -86,7 +78,7 @@ async def test_waiting_clients_hold_no_connections(redis_url):
             for session_id, life in lives
             for _ in range(5)
         ]
-        await eventually(lambda: parked(store, 250))
+        await eventually(lambda: parked(store, 250, commands_idle=True))
         parked_connections = await store_connections(admin)
         assert not any(waiter.done() for waiter in waiters)
         # A burst: every stream appended to at once, plus 300 concurrent reads.
@@ -255,7 +247,7 @@ async def test_replicas_share_streams_and_wake_ups(make_redis_store):
     life = new_life()
     await first.create_stream("s", life, kind="request", owner="first")
     waiter = asyncio.create_task(second.wait("s", life, 0, 30))
-    await eventually(lambda: parked(second, 1))
+    await eventually(lambda: parked(second, 1, commands_idle=True))
     await first.append("s", life, "a", None)
     assert await asyncio.wait_for(waiter, DEADLINE_S) is True
     assert [e.data for e in (await second.read("s", life, 0, 10)).events] == ["a"]
@@ -284,7 +276,7 @@ async def test_a_killed_subscription_comes_back_by_itself_and_wakes_again(redis_
         life = new_life()
         await store.create_stream("s", life, kind="request", owner="r1")
         waiter = asyncio.create_task(store.wait("s", life, 0, 60))
-        await eventually(lambda: parked(store, 1))
+        await eventually(lambda: parked(store, 1, commands_idle=True))
         [first] = await subscribers()
         with structlog.testing.capture_logs() as logs:
             await admin.client_kill_filter(_id=first)
@@ -297,7 +289,7 @@ async def test_a_killed_subscription_comes_back_by_itself_and_wakes_again(redis_
 
             await eventually(resubscribed)
             waiter = asyncio.create_task(store.wait("s", life, 1, 60))
-            await eventually(lambda: parked(store, 1))
+            await eventually(lambda: parked(store, 1, commands_idle=True))
             await store.append("s", life, "after", None)
             assert await asyncio.wait_for(waiter, DEADLINE_S) is True
         # A dropped connection on a live Redis is not an outage: nothing to report.
@@ -315,7 +307,7 @@ async def test_lost_events_end_the_stream_life_never_reusing_offsets(make_redis_
     for data in "abc":
         await store.append("s", life, data, None)
     waiter = asyncio.create_task(store.wait("s", life, 3, 30))
-    await eventually(lambda: parked(store, 1))
+    await eventually(lambda: parked(store, 1, commands_idle=True))
     # Redis restored an older snapshot (or failed over to a lagging replica): events 2-3 are gone.
     keys = SessionKeys.of(PREFIX, "s")
     await admin.hset(keys.meta(life), "last", 1)
@@ -440,7 +432,7 @@ async def test_restart_without_persistence_never_replays_silently(private_redis)
         for data in "abc":
             await store.append("s", life, data, None)
         waiter = asyncio.create_task(store.wait("s", life, 3, 60))
-        await eventually(lambda: parked(store, 1))
+        await eventually(lambda: parked(store, 1, commands_idle=True))
 
         private_redis.stop()
         private_redis.start()
@@ -465,7 +457,7 @@ async def test_restart_without_persistence_never_replays_silently(private_redis)
         fresh = new_life()
         await store.create_stream("s", fresh, kind="request", owner="r1")
         waiter = asyncio.create_task(store.wait("s", fresh, 0, 60))
-        await eventually(lambda: parked(store, 1))
+        await eventually(lambda: parked(store, 1, commands_idle=True))
         await store.append("s", fresh, "new", None)
         assert await asyncio.wait_for(waiter, DEADLINE_S) is True
     finally:
@@ -485,7 +477,7 @@ async def test_restart_with_persistence_continues_the_stream():
         # Several pooled connections, all of which the restart kills.
         await asyncio.gather(*(store.append("s", life, str(i), None) for i in range(20)))
         waiter = asyncio.create_task(store.wait("s", life, 20, 60))
-        await eventually(lambda: parked(store, 1))
+        await eventually(lambda: parked(store, 1, commands_idle=True))
 
         server.stop()
         server.start()
@@ -548,7 +540,7 @@ async def test_outage_raises_store_unavailable_quickly_and_recovers_by_itself(pr
         fresh = new_life()
         await store.create_stream("s", fresh, kind="request", owner="r1")
         waiter = asyncio.create_task(store.wait("s", fresh, 0, 60))
-        await eventually(lambda: parked(store, 1))
+        await eventually(lambda: parked(store, 1, commands_idle=True))
         await store.append("s", fresh, "back", None)
         assert await asyncio.wait_for(waiter, DEADLINE_S) is True
         assert [e.data for e in (await store.read("s", fresh, 0, 10)).events] == ["back"]
@@ -578,7 +570,7 @@ async def test_acl_user_and_password_never_logged():
         life = new_life()
         await good.create_stream("s", life, kind="request", owner="r1")
         waiter = asyncio.create_task(good.wait("s", life, 0, 30))
-        await eventually(lambda: parked(good, 1))
+        await eventually(lambda: parked(good, 1, commands_idle=True))
         await good.append("s", life, "a", None)
         assert await asyncio.wait_for(waiter, DEADLINE_S) is True
         with structlog.testing.capture_logs() as logs:

@@ -7,14 +7,36 @@ from typing import Any
 import aiohttp
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}
+PROTOCOL_VERSION = "2025-11-25"
+#: The ``clientInfo`` name of the tests' raw clients.
+CLIENT_NAME = "mcp-sse-gateway-tests"
+
+
+def initialize_request(
+    version: str = PROTOCOL_VERSION, *, client_name: str = CLIENT_NAME, request_id: int = 0
+) -> dict[str, Any]:
+    """An ``initialize`` request asking for protocol *version*."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": client_name, "version": "1"},
+        },
+    }
 
 
 async def open_session(
     http: aiohttp.ClientSession,
     url: str,
     *,
-    version: str = "2025-11-25",
+    version: str = PROTOCOL_VERSION,
     headers: dict[str, str] | None = None,
+    client_name: str = CLIENT_NAME,
+    request_id: int = 0,
+    version_header: bool = False,
 ) -> dict[str, str]:
     """Initialize a session at *url* (and send ``notifications/initialized``).
 
@@ -23,33 +45,26 @@ async def open_session(
         url: the MCP endpoint.
         version: the protocol version asked for.
         headers: extra headers of every request (``Authorization`` …).
+        client_name: the ``clientInfo`` name.
+        request_id: the id of the ``initialize`` request.
+        version_header: whether the later requests carry ``MCP-Protocol-Version: version``.
 
     Returns:
-        The headers of the session's later requests (``Accept``, ``Mcp-Session-Id`` and
-        *headers*).
+        The headers of the session's later requests (``Accept``, ``Mcp-Session-Id``,
+        ``MCP-Protocol-Version`` if asked for, and *headers*).
     """
     extra = headers or {}
-    init = await http.post(
-        url,
-        headers={**ACCEPT, **extra},
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": version,
-                "capabilities": {},
-                "clientInfo": {"name": "mcp-sse-gateway-tests", "version": "1"},
-            },
-        },
-    )
-    assert init.status == 200, init.status
-    headers = {**ACCEPT, **extra, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
-    await init.read()
+    request = initialize_request(version, client_name=client_name, request_id=request_id)
+    async with http.post(url, headers={**ACCEPT, **extra}, json=request) as init:
+        assert init.status == 200, init.status
+        session = {**ACCEPT, **extra, "Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
+        await init.read()
+    if version_header:
+        session["MCP-Protocol-Version"] = version
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    response = await http.post(url, headers=headers, json=initialized)
-    assert response.status == 202
-    return headers
+    async with http.post(url, headers=session, json=initialized) as response:
+        assert response.status == 202
+    return session
 
 
 def stream_notifications_call(

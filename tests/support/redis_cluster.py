@@ -23,6 +23,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.support.processes import stop_popen
+from tests.support.redis_server import redis_server_command
+
 #: Hash slots of a Redis Cluster.
 SLOTS = 16384
 #: Masters of the test cluster.
@@ -169,25 +172,17 @@ class RedisClusterProcess:
     def _spawn(self, index: int) -> None:
         assert self._tmp is not None
         self._processes[index] = subprocess.Popen(
-            [
+            redis_server_command(
                 self.executable,
-                "--port",
-                str(self.ports[index]),
-                "--bind",
-                "127.0.0.1",
+                self.ports[index],
+                self._tmp.name,
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 f"{self._tmp.name}/nodes-{index}.conf",
                 "--cluster-node-timeout",
                 str(self.node_timeout_ms),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self._tmp.name,
-            ],
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -235,13 +230,7 @@ class RedisClusterProcess:
 
     def stop_node(self, index: int) -> None:
         """Terminate node *index* (its cluster configuration file stays)."""
-        process = self._processes.pop(index)
-        process.terminate()
-        try:
-            process.wait(CLUSTER_STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(CLUSTER_STOP_DEADLINE_S)
+        stop_popen(self._processes.pop(index), CLUSTER_STOP_DEADLINE_S)
 
     def start_node(self, index: int) -> None:
         """Start node *index* again (empty data set) and wait until the cluster is whole."""

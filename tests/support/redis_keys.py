@@ -8,8 +8,10 @@ once they have shut down. Synchronous redis-py: it runs in a fixture's teardown.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -33,6 +35,13 @@ class KeyWithoutTTL:
 
     key: str
     type: str
+
+
+def redis_store(redis_url: str, **extra: Any) -> dict[str, Any]:
+    """The ``store`` settings of a gateway on *redis_url* under a key prefix of its own, so
+    tests sharing a Redis never see each other's sessions or streams (*extra*: more settings).
+    """
+    return {"backend": "redis", "redis_url": redis_url, "key_prefix": uuid.uuid4().hex, **extra}
 
 
 def match_pattern(prefix: str) -> str:

@@ -4,8 +4,10 @@ so a bug there cannot hide itself). Handles LF/CRLF/CR, comments, multi-line dat
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -48,6 +50,11 @@ def parse(wire: bytes) -> list[Event]:
         elif name == "retry":
             current.retry = int(value)
     return events
+
+
+def json_messages(events: list[Event]) -> list[Any]:
+    """The JSON-RPC messages of *events*: the data of each event that has any, parsed."""
+    return [json.loads(e.data) for e in events if e.data]
 
 
 async def read_events(

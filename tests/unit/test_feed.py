@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mcp_sse_gateway.feed import AHEAD_BYTES, RECENT_EVENTS, FeedEvent, LocalFeed
+from mcp_sse_gateway.streams.feed import AHEAD_BYTES, RECENT_EVENTS, FeedEvent, LocalFeed
 
 
 def _pairs(*datas: str) -> list[tuple[str, str | None]]:

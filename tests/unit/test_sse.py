@@ -641,19 +641,39 @@ def test_unbounded_by_default() -> None:
 # --- Purity -----------------------------------------------------------------------------------
 
 
-def test_module_is_sans_io() -> None:
-    tree = ast.parse(Path(sse.__file__).read_text(encoding="utf-8"))
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    } | {
-        (node.module or "").split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
+#: Every module of the codec package: its ``__init__`` and each submodule, as found on disk.
+SSE_SOURCES = sorted(Path(sse.__file__).parent.glob("*.py"))
+
+
+def _imported_names(source: Path) -> set[str]:
+    """Dotted names a module imports: ``from a.b import c`` gives ``a.b.c``."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = f"mcp_sse_gateway.sse.{node.module or ''}" if node.level else node.module
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_sans_io_check_covers_the_codec_modules() -> None:
+    assert {source.stem for source in SSE_SOURCES} >= {"__init__", "decoder", "encoder", "event"}
+
+
+@pytest.mark.parametrize("source", SSE_SOURCES, ids=lambda source: source.stem)
+def test_module_is_sans_io(source: Path) -> None:
+    imported = _imported_names(source)
+    ours = {name for name in imported if name.split(".")[0] == "mcp_sse_gateway"}
+    assert {name.split(".")[0] for name in imported - ours} <= {
+        "__future__",
+        "contextlib",
+        "dataclasses",
+        "sys",
     }
-    assert imported <= {"__future__", "contextlib", "dataclasses", "sys", "mcp_sse_gateway"}
+    # Of the project, only the codec itself and its exceptions: never web, store or streams.
+    allowed = ("mcp_sse_gateway.sse.", "mcp_sse_gateway.errors.")
+    assert all(name.startswith(allowed) for name in ours), ours
 
 
 def test_too_large_keeps_the_blocks_completed_before_it():

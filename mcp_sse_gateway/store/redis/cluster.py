@@ -121,7 +121,9 @@ class BoundedRedisCluster(RedisCluster):
         """A pipeline that runs under one permit (redis-py uses them for ``EXISTS``, ``DEL``)."""
         if shard_hint:
             raise redis_errors.RedisClusterException("shard_hint is deprecated in cluster mode")
-        return _BoundedPipeline(self, transaction)
+        # redis-py's CommandsProtocol declares _event_dispatcher, which its async ClusterPipeline
+        # never sets, so mypy takes every ClusterPipeline for abstract.
+        return _BoundedPipeline(self, transaction)  # type: ignore[abstract]
 
 
 class _BoundedPipeline(ClusterPipeline):

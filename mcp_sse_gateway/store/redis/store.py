@@ -145,9 +145,13 @@ class RedisStore(SessionStore):
         close_clients: bool = False,
         url_for_logs: str = "",
     ) -> None:
-        if pubsub_client is None and isinstance(client, RedisCluster):
+        subscriber: Redis | ClusterSubscriber
+        if pubsub_client is not None:
+            subscriber = pubsub_client
+        elif isinstance(client, RedisCluster):
             raise ValueError("a Redis Cluster client needs a pubsub_client (ClusterSubscriber)")
-        subscriber = pubsub_client if pubsub_client is not None else client
+        else:
+            subscriber = client
         self._clients = Clients(client, subscriber, url_for_logs)
         self._client = client
         idle_ms = ms(session_idle_ttl_s)

@@ -226,7 +226,7 @@ class Wakeups:
                 raise
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]  # unannotated in redis-py
 
     async def _dispatch(self, pubsub: PubSub) -> None:
         """Read the subscription until it fails (never returns normally)."""

@@ -12,16 +12,16 @@ UPSTREAM_STREAM_BROKEN`), then the marker: no client waits forever. If the upstr
 primed and closed on purpose (a resumable upstream, SEP-1699), the pump first resumes it with
 ``GET`` + the upstream's own ``Last-Event-ID``.
 
-If the store becomes unreachable mid-stream (DESIGN D7, outages), the pump hands the stream to
-an in-process :class:`~mcp_sse_gateway.feed.LocalFeed` given by its ``outage`` callback: the
-connected client keeps receiving (the new events without ids), and the stream life ends for
-resumption.
+If the store becomes unreachable mid-stream (DESIGN D7, outages), the pump moves its stream life
+to lost mode (:meth:`~mcp_sse_gateway.streams.life.StreamLife.lose`): its local feed carries the
+connected client on (the new events without ids), and the stream life ends for resumption.
 
 The pump also keeps the stream's *pending* error datas in the store (one JSON-RPC error per
 request still unanswered), so that if this replica dies, another one ends the stream with them
 (:meth:`~mcp_sse_gateway.store.base.EventStore.end_orphaned`).
 
-Sans-IO towards HTTP: the upstream is an async iterator of byte chunks plus a ``reopen`` callback.
+Sans-IO towards HTTP: the upstream is an async iterator of byte chunks (which raises
+:class:`~mcp_sse_gateway.errors.UpstreamError` when it breaks) plus a ``reopen`` callback.
 """
 
 from __future__ import annotations
@@ -34,10 +34,17 @@ from dataclasses import dataclass, field
 import structlog
 
 from mcp_sse_gateway import jsonrpc
-from mcp_sse_gateway.errors import EventTooLarge, StoreError, StoreUnavailable, StreamError
-from mcp_sse_gateway.feed import LocalFeed
+from mcp_sse_gateway.errors import (
+    EventTooLarge,
+    SSEError,
+    StoreError,
+    StoreUnavailable,
+    StreamError,
+    UpstreamError,
+)
 from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.streams.life import StreamLife
 
 log = structlog.get_logger("mcp_sse_gateway.pump")
 
@@ -71,7 +78,7 @@ class PumpResult:
         broken: the upstream ended or failed before every response arrived.
         pending: request ids left without a response when the upstream ended.
         store_lost: the store failed mid-stream: later events went to the local feed only, or
-            (without an ``outage`` callback) were not read.
+            (without a stream life to carry them) were not read.
     """
 
     events: int = 0
@@ -87,21 +94,26 @@ class _Sink:
     store: EventStore
     session_id: str
     life: str
-    feed: LocalFeed | None
+    stream: StreamLife | None
     on_store_lost: Callable[[], None] | None
 
+    @property
+    def lost(self) -> bool:
+        return self.stream is not None and self.stream.feed is not None and self.stream.feed.lost
+
     async def put(self, events: list[tuple[str, str | None]], pending: list[str] | None) -> None:
-        feed = self.feed
+        stream = self.stream
+        feed = stream.feed if stream is not None else None
         if feed is None or not feed.lost:
             try:
                 last = await self.store.append_many(
                     self.session_id, self.life, events, pending=pending
                 )
             except StoreUnavailable:
-                if feed is None:
+                if stream is None or feed is None:
                     raise
                 log.warning("store.lost_mid_stream")
-                feed.lose()
+                stream.lose()
                 if self.on_store_lost is not None:
                     self.on_store_lost()
             else:
@@ -139,7 +151,7 @@ async def run_pump(
     max_event_bytes: int,
     reopen: Reopen | None = None,
     finish: bool = True,
-    feed: LocalFeed | None = None,
+    stream: StreamLife | None = None,
     on_store_lost: Callable[[], None] | None = None,
 ) -> PumpResult:
     """Read *body* into stream *life* of the session until it ends.
@@ -156,10 +168,10 @@ async def run_pump(
         reopen: resumes a resumable upstream that closed on purpose; None to never resume.
         finish: append the terminal marker at the end (False for a standalone stream whose
             life continues across upstream GETs).
-        feed: the stream's local feed: each stored batch is added to it, and if the store
-            becomes unreachable it goes on alone, in lost mode (None: a store failure breaks the
-            stream). The pump closes it when done.
-        on_store_lost: called once when the feed switches to lost mode.
+        stream: the stream life in this process, whose local feed gets each stored batch; if
+            the store becomes unreachable the life goes on in lost mode (None: a store failure
+            breaks the stream). The pump closes the feed when done.
+        on_store_lost: called once when the life switches to lost mode (to retire it).
 
     Returns:
         What was appended.
@@ -169,7 +181,7 @@ async def run_pump(
     """
     pending: dict[jsonrpc.JSONRPCId, None] = dict.fromkeys(request_ids)
     result = PumpResult()
-    sink = _Sink(store, session_id, life, feed, on_store_lost)
+    sink = _Sink(store, session_id, life, stream, on_store_lost)
     resumes = 0
     try:
         while True:
@@ -183,12 +195,12 @@ async def run_pump(
                 pending.clear()
                 break
             except StoreUnavailable:
-                # Without an outage feed: the stream cannot go on; it has a gap from here.
+                # No local feed to carry it on: the stream cannot go on; it has a gap from here.
                 log.warning("store.lost_mid_stream")
                 result.broken, result.store_lost = bool(pending), True
                 break
-            except Exception as exc:  # noqa: BLE001 - any upstream failure; never hang a client
-                # EventTooLarge, timeouts, resets, aiohttp payload errors: the body is over.
+            except (UpstreamError, SSEError) as exc:
+                # The body broke off (reset, truncated, read timeout) or an event is too large.
                 log.warning("upstream.stream_broken", error=type(exc).__name__)
                 result.broken = bool(pending)
                 break
@@ -211,7 +223,7 @@ async def run_pump(
             body = reopened
     finally:
         result.pending = list(pending)
-        result.store_lost = result.store_lost or (feed is not None and feed.lost)
+        result.store_lost = result.store_lost or sink.lost
         await _settle(sink, result, finish=finish)
     return result
 
@@ -248,7 +260,7 @@ async def _read_body(
                 settled = pending.pop(rid, 0) is None or settled
             batch.append((event.data, _event_type(event.event)))
         if batch:
-            await sink.put(batch, pending_errors(pending) if settled else None)
+            await sink.put(batch, pending_errors(list(pending)) if settled else None)
             result.events += len(batch)
         if failure is not None:
             raise failure
@@ -274,10 +286,12 @@ async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
         if errors:
             await sink.put([(data, None) for data in errors], [])
             result.events += len(errors)
-        if finish and not (sink.feed is not None and sink.feed.lost):
+        if finish and not sink.lost:
             await sink.store.finish(sink.session_id, sink.life)
     except (StoreError, StreamError):
         log.warning("store.settle_failed", pending=len(result.pending))
     finally:
-        if sink.feed is not None:
-            sink.feed.close()
+        if sink.stream is not None:
+            if sink.stream.feed is not None:
+                sink.stream.feed.close()
+            sink.stream.pump_ended()

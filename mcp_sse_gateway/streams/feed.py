@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 #: Of the events its reader already passed, a feed keeps this many at most ...
@@ -58,9 +58,13 @@ class LocalFeed:
     Args:
         max_lost_events: in lost mode, events held at most (older ones are dropped, and a
             reader that still needed them is cut).
+        on_news: called whenever the feed changes (events, lost mode, closed).
     """
 
-    def __init__(self, *, max_lost_events: int = MAX_LOST_EVENTS) -> None:
+    def __init__(
+        self, *, max_lost_events: int = MAX_LOST_EVENTS, on_news: Callable[[], None] | None = None
+    ) -> None:
+        self._on_news = on_news
         self._events: deque[FeedEvent] = deque()
         self._first = 0  # position of _events[0]
         self._bytes = 0
@@ -102,6 +106,7 @@ class LocalFeed:
     def lose(self) -> None:
         """The store failed: keep everything from now on (bounded), unstored."""
         self.lost = True
+        self._wake()
 
     def push(self, data: str, event: str | None) -> None:
         """Add an event that was never stored (lost mode) and wake the reader."""
@@ -148,3 +153,5 @@ class LocalFeed:
         if self._changed is not None:
             self._changed.set()
             self._changed = None
+        if self._on_news is not None:
+            self._on_news()

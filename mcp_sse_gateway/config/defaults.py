@@ -1,0 +1,74 @@
+"""Every default of the settings, each a named constant with the reason it was chosen (DESIGN D7).
+
+Units are in the names: ``*_s`` seconds, ``*_ms`` milliseconds, ``*_bytes`` bytes. ``MIN_*``
+constants are the lower bounds the sections enforce.
+"""
+
+MIB = 1024 * 1024
+
+#: SEP-1699 suggests a short reconnection delay; 1 s keeps polling cheap without hammering.
+DEFAULT_RETRY_MS = 1000
+#: Below the 30-60 s idle timeouts of common load balancers (AWS ALB 60 s, nginx 60 s).
+DEFAULT_KEEPALIVE_S = 15.0
+#: Bounds one stream's history; a tool call rarely emits more notifications than this.
+DEFAULT_MAX_EVENTS_PER_STREAM = 10_000
+#: Long enough for a client to come back after a deploy or a network blip.
+DEFAULT_FINISHED_STREAM_TTL_S = 300.0
+#: Matches the idle session lifetime of the official SDKs' session managers.
+DEFAULT_SESSION_IDLE_TTL_S = 3600.0
+DEFAULT_MAX_STREAMS_PER_SESSION = 100
+#: Tool results carrying files or images reach several MB; 16 MiB leaves headroom.
+DEFAULT_MAX_EVENT_BYTES = 16 * MIB
+DEFAULT_MAX_BODY_BYTES = 16 * MIB
+DEFAULT_MEMORY_STORE_MAX_BYTES = 256 * MIB
+DEFAULT_HEARTBEAT_S = 5.0
+DEFAULT_HEARTBEAT_EXPIRY_S = 15.0
+#: Kubernetes' default terminationGracePeriodSeconds is 30 s; operators raise both together.
+DEFAULT_DRAIN_TIMEOUT_S = 60.0
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: Bounds only the wait for response headers: a tool call that answers as JSON may run long.
+DEFAULT_HEADERS_TIMEOUT_S = 300.0
+DEFAULT_REPLAY_BATCH_EVENTS = 1000
+DEFAULT_REPLAY_MAX_PASSES = 16
+#: Redis store: see ``StoreSettings.stall_timeout_s`` (DESIGN D7, slow is not down).
+DEFAULT_STALL_TIMEOUT_S = 5.0
+#: Below this, a loaded but healthy Redis would pass for a stalled one, seconds.
+MIN_STALL_TIMEOUT_S = 0.1
+#: Redis store: see ``StoreSettings.max_queued_calls``.
+DEFAULT_MAX_QUEUED_CALLS = 10_000
+DEFAULT_SLOW_READER_CUT_S = 10.0
+#: Names a browser on this machine can reach the gateway by; anything else is DNS rebinding.
+DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+DEFAULT_ALLOWED_ORIGINS = (
+    "http://localhost",
+    "http://127.0.0.1",
+    "http://[::1]",
+    "https://localhost",
+    "https://127.0.0.1",
+    "https://[::1]",
+)
+
+#: How long credentials the upstream accepted are taken as still accepted without asking it
+#: again: a revoked token keeps reading its own session's stored events at most this long.
+DEFAULT_AUTH_RECHECK_S = 60.0
+#: An authorization probe is one JSON-RPC ping; a healthy upstream answers in milliseconds.
+DEFAULT_AUTH_PROBE_TIMEOUT_S = 5.0
+#: Shortest ``auth.digest_key`` accepted, characters (HMAC-SHA256 keys below 128 bits are weak).
+MIN_DIGEST_KEY_CHARS = 16
+
+#: Generous for any real client (a request's headers arrive in one packet), short enough that
+#: connections trickling headers (slowloris) do not pile up.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: Bodies are at most 16 MiB; 30 s covers them at about 4 Mbit/s.
+DEFAULT_BODY_TIMEOUT_S = 30.0
+#: Above the common load balancers' idle timeouts (AWS ALB 60 s): the balancer, not the
+#: gateway, closes an idle pooled connection, so it never sends on one the gateway just closed.
+DEFAULT_KEEPALIVE_TIMEOUT_S = 75.0
+#: aiohttp's own limits, made configurable.
+DEFAULT_MAX_HEADERS = 128
+DEFAULT_MAX_HEADER_BYTES = 8190
+#: Each open stream costs a few tens of KiB; 10,000 stays within a container's memory.
+DEFAULT_MAX_CONCURRENT_REQUESTS = 10_000
+DEFAULT_MAX_PUMPS = 10_000
+#: Sixteen bodies of the largest size at once; tool calls' bodies are small.
+DEFAULT_MAX_BUFFERED_BODY_BYTES = 256 * MIB

@@ -1,0 +1,36 @@
+"""The stream layer: managed streams without HTTP or Redis (DESIGN D4 to D7).
+
+Everything a managed stream is, independent of how clients and the upstream are spoken to:
+
+* :mod:`~mcp_sse_gateway.streams.upstream`: the seam to the upstream (a protocol; aiohttp's
+  implementation lives in :mod:`mcp_sse_gateway.web.upstream`);
+* :mod:`~mcp_sse_gateway.streams.pump`: one upstream SSE body into the store;
+* :mod:`~mcp_sse_gateway.streams.feed`, :mod:`~mcp_sse_gateway.streams.life`,
+  :mod:`~mcp_sse_gateway.streams.registry`: a stream life's in-memory tail, its phases and
+  its one reader; every background task;
+* :mod:`~mcp_sse_gateway.streams.delivery`: the state machine writing one stream to one client
+  sink (an SSE response in production);
+* :mod:`~mcp_sse_gateway.streams.requests`, :mod:`~mcp_sse_gateway.streams.standalone`: POST
+  streams and resumes, the session's standalone GET stream.
+
+It imports neither aiohttp nor redis (checked by import-linter in CI); ``web/`` depends on it,
+never the reverse. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from mcp_sse_gateway.streams.context import StreamContext
+from mcp_sse_gateway.streams.requests import RequestStreams
+from mcp_sse_gateway.streams.standalone import StandaloneStreams
+
+
+class Streams:
+    """The stream layer of one app: request streams and standalone streams on one context."""
+
+    def __init__(self, ctx: StreamContext) -> None:
+        self.ctx = ctx
+        self.requests = RequestStreams(ctx)
+        self.standalone = StandaloneStreams(ctx)
+
+
+__all__ = ["RequestStreams", "StandaloneStreams", "StreamContext", "Streams"]

@@ -1,0 +1,418 @@
+"""Deliver one managed stream to one client connection (DESIGN D4, D6), as a state machine.
+
+One cursor serves replay and live tail: the connection reads the stream after its cursor in
+bounded batches (from the store, or from this process's local feed once it has caught up with
+the pump), writes the events with the gateway's ids to a :class:`ClientSink`, and waits for news
+when it has caught up. Nothing is sent twice and nothing is skipped at the switch, because there
+is no switch. The connection:
+
+* opens with a priming event (``id`` + ``retry`` + empty ``data``) on sessions of the primed era;
+* sends ``: keepalive`` comments when idle for ``sse.keepalive_s``;
+* closes after the terminal marker, or on purpose after ``sse.poll_after_ms`` (polling), after
+  ``store.replay_max_passes`` full replay batches that never caught up, when a newer connection
+  replaces it, or on drain: always after a ``retry`` field where the era allows one;
+* is cut, without stalling anyone, when a write blocks for ``sse.slow_reader_cut_s`` (the sink
+  raises :class:`~mcp_sse_gateway.errors.SlowReader`; a slow reader resumes from the store).
+
+When the store becomes unreachable (D7, outages), the connection waits for it (sending
+keepalives) or, once this process's pump moved the stream to lost mode, goes on from the local
+feed: events stored before the outage keep their ids, later ones are sent without. On a resumed
+stream whose owner replica stopped beating, ``check_owner`` ends the stream with the owner's
+pending errors, so the client gets an error rather than a hang.
+
+Each turn of :meth:`Delivery.run` is one step: **feed** (this process pumps the stream and
+holds the cursor in memory), **store** (a bounded read after the cursor), **idle** (caught up:
+wait for news, keepalive, owner check) or **outage** (wait for the store or the feed). A step
+either goes on, or ends the connection with a reason.
+
+Sources: WHATWG HTML, server-sent events; MCP 2025-11-25 transports, "Resumability and
+Redelivery", SEP-1699.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.errors import (
+    ClientGone,
+    SlowReader,
+    SSEError,
+    StoreError,
+    StoreUnavailable,
+    StreamError,
+    UnknownStream,
+)
+from mcp_sse_gateway.event_ids import event_id, priming_id
+from mcp_sse_gateway.metrics import Metrics
+from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming
+from mcp_sse_gateway.store.base import EventStore, StoredEvent
+from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
+from mcp_sse_gateway.streams.life import StreamLife
+from mcp_sse_gateway.streams.reader import StoreReader
+from mcp_sse_gateway.streams.registry import Registry
+from mcp_sse_gateway.streams.sink import ClientSink, close_with_retry
+
+log = structlog.get_logger("mcp_sse_gateway.delivery")
+
+KEEPALIVE = encode_comment("keepalive")
+#: Events are written in pieces of about this size: a slow reader is one whose single write of
+#: at most this much stays blocked for ``slow_reader_cut_s`` (no progress), not one that needs
+#: longer than that for a whole replay batch.
+WRITE_CHUNK_BYTES = 256 * 1024
+#: While the store is down, try it again this often, seconds (news of the feed wakes at once).
+OUTAGE_STORE_CHECK_S = 1.0
+
+#: A step that goes on (the next turn of the loop).
+_AGAIN: Final = None
+#: A step that found nothing for it to do: go to the store.
+_TO_STORE: Final = ""
+
+
+@dataclass(slots=True)
+class DeliveryCursor:
+    """Where a connection is in its stream: one position for store and feed alike.
+
+    Attributes:
+        offset: the last offset sent with an id (the starting cursor before that).
+        unstored: events sent after it without an id (lost mode: they were never stored).
+    """
+
+    offset: int
+    unstored: int = 0
+
+    @property
+    def position(self) -> int:
+        """The feed position of the next event (offset *n* is at *n* - 1)."""
+        return self.offset + self.unstored
+
+
+@dataclass(slots=True)
+class Delivered:
+    """What one connection delivered, for the canonical log line.
+
+    Attributes:
+        events: events written.
+        cursor: the last offset written (or the starting cursor).
+        ended: why the connection ended: ``finished``, ``poll``, ``replay_bound``,
+            ``store_lost``, ``finished_unstored``, ``superseded``, ``draining``,
+            ``stream_dropped``, ``error``, ``slow_reader`` or ``client_gone``.
+    """
+
+    events: int
+    cursor: int
+    ended: str = ""
+
+
+class Delivery:
+    """The state machine of one connection: steps until a reason to end (module docstring).
+
+    Args:
+        sink: where to write.
+        store: the event store holding the stream.
+        stream: the stream life in this process (its feed, if this process pumps it).
+        settings: ``sse`` and ``store`` sections apply.
+        cursor: deliver events with offsets after this one.
+        primes: the session's era opens with a priming event and may close on purpose.
+        resuming: a resume (GET + ``Last-Event-ID``): it replays what is stored before a
+            polling close, and ``poll_after_ms = 0`` does not close it on purpose at all.
+        check_owner: called every ``store.heartbeat_s`` while the stream is idle: ends the
+            stream if its owner replica died (the stream is then finished with errors).
+    """
+
+    def __init__(
+        self,
+        sink: ClientSink,
+        store: EventStore,
+        stream: StreamLife,
+        settings: Settings,
+        *,
+        cursor: int,
+        primes: bool,
+        resuming: bool = False,
+        check_owner: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self._sink, self._store, self._stream = sink, store, stream
+        self._sse, self._limits = settings.sse, settings.store
+        self._batch = settings.store.replay_batch_events
+        self._primes, self._resuming, self._check_owner = primes, resuming, check_owner
+        self.cursor = DeliveryCursor(cursor)
+        self.events = 0
+        self._reader = StoreReader(store, stream.session_id, stream.life, self._batch)
+        self._replaying = True
+        self._full_batches = 0
+        #: When the client last got something (events, or a keepalive comment).
+        self._quiet_since = time.monotonic()
+        self._close_at = self._polling_close(time.monotonic())
+
+    def _polling_close(self, opened: float) -> float | None:
+        """When to close on purpose (SEP-1699 polling), None for never.
+
+        A new stream closes ``poll_after_ms`` after it opened (0: right after priming). A
+        resume closes that long after it opened once it has caught up, but never at once: with
+        0 it stays until the stream ends, so a client's reconnection always progresses.
+        """
+        poll_after_ms = self._sse.poll_after_ms
+        if not self._primes or poll_after_ms is None:
+            return None
+        if self._resuming and poll_after_ms == 0:
+            return None
+        return opened + poll_after_ms / 1000
+
+    async def run(self) -> str:
+        """Deliver until the stream ends or a close is due; the reason (see :class:`Delivered`).
+
+        Raises:
+            SlowReader, ClientGone: from the sink.
+            UnknownStream: the stream was dropped (session deleted or expired).
+            StreamError, StoreError, SSEError: the stream cannot be served further.
+        """
+        if self._primes:
+            life = self._stream.life
+            await self._sink.write(
+                encode_priming(priming_id(life, self.cursor.offset), self._sse.retry_ms)
+            )
+            if self._sse.poll_after_ms == 0 and not self._resuming:
+                return "poll"
+        try:
+            while True:
+                feed = self._stream.feed
+                if feed is not None:
+                    # Step *feed*: events from this process's pump, without a store call.
+                    events = feed.read(self.cursor.position, self._batch)
+                    if events:
+                        await self._write_events(events)
+                        self._replaying = False
+                        continue
+                    step = await self._feed_has_nothing(feed, events)
+                    if step != _TO_STORE:
+                        if step is _AGAIN:
+                            continue
+                        return step
+                step = await self._from_store()
+                if step is not _AGAIN:
+                    return step
+        finally:
+            self._reader.cancel()
+
+    async def _feed_has_nothing(
+        self, feed: LocalFeed, events: list[FeedEvent] | None
+    ) -> str | None:
+        """Step *feed* without events to send: a gap, the store, or wait on the pump."""
+        if events is None:
+            # Behind what the feed holds: the store has it, unless the store was lost (a gap).
+            return "store_lost" if feed.lost else _TO_STORE
+        if feed.done:
+            return "finished_unstored" if feed.lost else _TO_STORE
+        return await self._idle(feed)
+
+    async def _from_store(self) -> str | None:
+        """Step *store*: one bounded read after the cursor."""
+        try:
+            result = await self._reader.read(self.cursor.offset)
+        except (StoreUnavailable, UnknownStream) as exc:
+            await self._outage(exc)
+            return _AGAIN
+        if result.events:
+            if len(result.events) == self._batch and not result.finished:
+                # A replay: the store reads the next batch while this one is written.
+                self._reader.prefetch(result.events[-1].offset)
+            await self._write_events(result.events)
+        if result.finished:
+            return "finished"
+        if len(result.events) == self._batch:
+            self._full_batches += 1
+            if self._replaying and self._full_batches >= self._limits.replay_max_passes:
+                return "replay_bound"
+            return _AGAIN
+        self._replaying = False
+        self._full_batches = 0
+        if result.events or self._stream.feed is not None:
+            return _AGAIN
+        return await self._idle()
+
+    async def _idle(self, feed: LocalFeed | None = None) -> str | None:
+        """Step *idle*: caught up; wait for news until the next keepalive or polling close.
+
+        News comes from the *feed* when this process pumps the stream (and the feed holds the
+        cursor), else from the store's wake-ups.
+        """
+        now = time.monotonic()
+        keepalive_s = self._sse.keepalive_s
+        wait_s = keepalive_s - (now - self._quiet_since)
+        if self._close_at is not None:
+            if now >= self._close_at:
+                return "poll"
+            wait_s = min(wait_s, self._close_at - now)
+        if self._check_owner is not None:
+            # Another replica writes this stream: look at its heartbeat every heartbeat_s, so
+            # a dead owner's stream ends within heartbeat_expiry_s + heartbeat_s, whatever
+            # keepalive_s is (D7).
+            wait_s = min(wait_s, self._limits.heartbeat_s)
+        try:
+            if feed is not None:
+                woken = await feed.wait(self.cursor.position, wait_s)
+            else:
+                stream = self._stream
+                woken = await self._store.wait(
+                    stream.session_id, stream.life, self.cursor.offset, max(wait_s, 0.0)
+                )
+        except StoreUnavailable:
+            return _AGAIN  # the next read fails too, and waits for the store or the feed
+        if woken or self._due():
+            return _AGAIN
+        if time.monotonic() - self._quiet_since >= keepalive_s:
+            await self._sink.write(KEEPALIVE)
+            self._quiet_since = time.monotonic()
+        if self._check_owner is not None:
+            await self._check_owner()
+        return _AGAIN
+
+    async def _outage(self, failure: StoreUnavailable | UnknownStream) -> None:
+        """Step *outage*: return once the store is back, or the local feed can serve.
+
+        The feed can serve when it went on without the store (lost mode), or when it is live
+        and holds the cursor. Waits on the stream life's news (no polling), tries the store
+        every :data:`OUTAGE_STORE_CHECK_S`, and sends keepalives meanwhile.
+
+        Raises:
+            UnknownStream: the stream was dropped and no lost feed carries it on.
+        """
+        loop = asyncio.get_running_loop()
+        next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
+        next_keepalive = loop.time() + self._sse.keepalive_s
+        logged = False
+        while True:
+            feed = self._stream.feed
+            if feed is not None and (
+                feed.lost or (not feed.done and feed.read(self.cursor.position, 0) is not None)
+            ):
+                return
+            if isinstance(failure, UnknownStream):
+                raise failure
+            if not logged:
+                log.warning("stream.store_unavailable")
+                logged = True
+            now = loop.time()
+            if now >= next_keepalive:
+                await self._sink.write(KEEPALIVE)
+                next_keepalive = now + self._sse.keepalive_s
+            if now >= next_store_check:
+                try:
+                    await self._store.stream_info(self._stream.session_id, self._stream.life)
+                except StoreUnavailable:
+                    next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
+                else:
+                    return
+            await self._stream.wait_news(min(next_store_check, next_keepalive) - loop.time())
+
+    def _due(self) -> bool:
+        return self._close_at is not None and time.monotonic() >= self._close_at
+
+    async def _write_events(self, events: Sequence[StoredEvent | FeedEvent]) -> None:
+        """Write *events* in pieces of about :data:`WRITE_CHUNK_BYTES`; advance the cursor.
+
+        Events never stored (offset None: the store was lost) are sent without an id.
+        """
+        life = self._stream.life
+        cursor = self.cursor
+        pieces: list[bytes] = []
+        size = 0
+        for event in events:
+            offset = event.offset
+            piece = encode_event(
+                event.data, event=event.event, id=None if offset is None else event_id(life, offset)
+            )
+            pieces.append(piece)
+            size += len(piece)
+            if offset is None:
+                cursor.unstored += 1
+            else:
+                cursor.offset, cursor.unstored = offset, 0
+            if size >= WRITE_CHUNK_BYTES:
+                await self._sink.write(b"".join(pieces))
+                pieces, size = [], 0
+        if pieces:
+            await self._sink.write(b"".join(pieces))
+        self.events += len(events)
+        self._quiet_since = time.monotonic()
+
+
+async def deliver(
+    sink: ClientSink,
+    *,
+    store: EventStore,
+    registry: Registry,
+    stream: StreamLife,
+    settings: Settings,
+    metrics: Metrics,
+    cursor: int,
+    primes: bool,
+    resuming: bool = False,
+    check_owner: Callable[[], Awaitable[object]] | None = None,
+) -> Delivered:
+    """Attach to *stream* (replacing an older connection) and deliver it until a close.
+
+    Every end but a slow reader's and a vanished client's is written as ``retry`` then the
+    end of the response: a client that reconnects waits ``sse.retry_ms``.
+
+    Returns:
+        What was delivered, and why it ended.
+
+    Raises:
+        asyncio.CancelledError: the client went away (the stream and its pump are unaffected).
+    """
+    delivery = Delivery(
+        sink,
+        store,
+        stream,
+        settings,
+        cursor=cursor,
+        primes=primes,
+        resuming=resuming,
+        check_owner=check_owner,
+    )
+    ended = "client_gone"
+    metrics.streams_active.inc()
+    try:
+        with registry.reading(stream) as attachment:
+            try:
+                ended = await delivery.run()
+            except asyncio.CancelledError:
+                if attachment.reason is None:
+                    raise
+                # Told to stop by the registry (a newer connection, or drain): end politely.
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                ended = attachment.reason
+            except SlowReader:
+                log.info("subscriber.dropped_slow", cursor=delivery.cursor.offset)
+                sink.abort()
+                return _delivered(delivery, "slow_reader")
+            except ClientGone:
+                return _delivered(delivery, "client_gone")
+            except UnknownStream:
+                # Dropped while attached (session deleted or expired): nothing more will come.
+                ended = "stream_dropped"
+            except (StreamError, StoreError, SSEError) as exc:
+                # The response has started: a second status line would corrupt the stream. End
+                # it with retry; the client resumes and gets a clean answer (400 if trimmed).
+                log.warning("stream.delivery_failed", error=type(exc).__name__)
+                ended = "error"
+        await close_with_retry(sink, settings.sse.retry_ms)
+        return _delivered(delivery, ended)
+    finally:
+        metrics.streams_active.dec()
+        metrics.events_delivered.inc(delivery.events)
+        metrics.connections_ended.labels(ended).inc()
+
+
+def _delivered(delivery: Delivery, ended: str) -> Delivered:
+    return Delivered(events=delivery.events, cursor=delivery.cursor.offset, ended=ended)

@@ -1,0 +1,38 @@
+"""Where a delivery writes: the client sink protocol (an SSE response in production)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mcp_sse_gateway.errors import ClientGone, SlowReader
+from mcp_sse_gateway.sse import encode_retry
+
+
+class ClientSink(Protocol):
+    """Where a delivery writes: the client's SSE response in production, a list in tests."""
+
+    async def write(self, data: bytes) -> None:
+        """Write *data* (encoded SSE) to the client.
+
+        Raises:
+            SlowReader: the write stayed blocked for ``sse.slow_reader_cut_s``.
+            ClientGone: the client's connection is closed.
+        """
+        ...
+
+    async def end(self) -> None:
+        """End the response (a client already gone is no error)."""
+        ...
+
+    def abort(self) -> None:
+        """Cut the connection without flushing (a slow reader)."""
+        ...
+
+
+async def close_with_retry(sink: ClientSink, retry_ms: int) -> None:
+    """Send ``retry`` then end the response: a client that reconnects waits *retry_ms*."""
+    try:
+        await sink.write(encode_retry(retry_ms))
+        await sink.end()
+    except (ClientGone, SlowReader):
+        pass

@@ -1,0 +1,68 @@
+"""The SSE response adapter: the stream layer's client sink over aiohttp's streaming response.
+
+See :class:`~mcp_sse_gateway.streams.sink.ClientSink`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+
+from mcp_sse_gateway.errors import ClientGone, SlowReader
+
+#: Headers of every managed stream the gateway serves: no caching or transformation by
+#: intermediaries, no buffering by nginx-style proxies.
+SSE_RESPONSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    "X-Accel-Buffering": "no",
+}
+
+
+class SSEResponseSink:
+    """Writes to one prepared SSE response; a write blocked for *cut_s* seconds is a slow reader.
+
+    Args:
+        request: the client's request (its transport is aborted for a slow reader).
+        response: the prepared response.
+        cut_s: ``sse.slow_reader_cut_s``.
+    """
+
+    def __init__(self, request: web.Request, response: web.StreamResponse, cut_s: float) -> None:
+        self._request, self._response, self._cut_s = request, response, cut_s
+
+    async def write(self, data: bytes) -> None:
+        """Write *data*.
+
+        Raises:
+            SlowReader: the write stayed blocked for ``cut_s``.
+            ClientGone: the client's connection is closed.
+        """
+        try:
+            async with asyncio.timeout(self._cut_s):
+                await self._response.write(data)
+        except TimeoutError:
+            raise SlowReader from None
+        except ConnectionResetError:
+            raise ClientGone from None
+
+    async def end(self) -> None:
+        """End the response; a client already gone is no error."""
+        with contextlib.suppress(ConnectionResetError):
+            await self._response.write_eof()
+
+    def abort(self) -> None:
+        """Abort the connection: closing would wait to flush what the reader never drains."""
+        if self._request.transport is not None:
+            self._request.transport.abort()
+
+
+async def open_sse(
+    request: web.Request, headers: dict[str, str] | None, cut_s: float
+) -> tuple[web.StreamResponse, SSEResponseSink]:
+    """Prepare a 200 event-stream response (with *headers*, e.g. the upstream's session id)."""
+    response = web.StreamResponse(status=200, headers={**(headers or {}), **SSE_RESPONSE_HEADERS})
+    await response.prepare(request)
+    return response, SSEResponseSink(request, response, cut_s)

@@ -1,0 +1,480 @@
+"""The stream layer without sockets: delivery, the pump, request and standalone streams.
+
+A real in-memory event store, the scripted upstream and the list sink of
+:mod:`tests.support.fake_upstream`; no HTTP anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.errors import (
+    ClientGone,
+    CursorGone,
+    InvalidEventId,
+    SlowReader,
+    StoreUnavailable,
+    UnknownStream,
+    UpstreamConnectError,
+)
+from mcp_sse_gateway.event_ids import event_id, new_life, parse_event_id
+from mcp_sse_gateway.jsonrpc import UPSTREAM_STREAM_BROKEN
+from mcp_sse_gateway.metrics import Metrics
+from mcp_sse_gateway.sse import encode_retry
+from mcp_sse_gateway.store.base import ReadResult, session_digest
+from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.streams import StreamContext, Streams
+from mcp_sse_gateway.streams.delivery import KEEPALIVE, Delivered, deliver
+from mcp_sse_gateway.streams.life import Phase, StreamLife
+from mcp_sse_gateway.streams.pump import run_pump
+from mcp_sse_gateway.streams.registry import Registry
+from mcp_sse_gateway.streams.standalone import standalone_life
+from mcp_sse_gateway.streams.upstream import UpstreamCall
+from tests.support.fake_upstream import URL_, ListSink, ScriptedResponse, ScriptedUpstream, sse
+
+SID = "session-1"
+RETRY_MS = 1000
+DEADLINE_S = 10.0
+
+
+def _settings(sse_: dict[str, Any] | None = None, store: dict[str, Any] | None = None) -> Settings:
+    return Settings(
+        upstream={"url": str(URL_)},
+        sse={"retry_ms": RETRY_MS, "keepalive_s": 30.0, **(sse_ or {})},
+        store=store or {},
+    )
+
+
+class _Stage:
+    """A store, a registry and one request stream life, for delivery tests."""
+
+    def __init__(self, settings: Settings | None = None, store: MemoryStore | None = None) -> None:
+        self.settings = settings or _settings()
+        self.store = store or MemoryStore()
+        self.registry = Registry()
+        self.metrics = Metrics()
+        self.life = new_life()
+        self.key = (session_digest(SID), self.life)
+
+    async def create(self, *datas: str) -> None:
+        await self.store.create_stream(SID, self.life, kind="request", owner="replica-a")
+        if datas:
+            await self.store.append_many(SID, self.life, [(d, None) for d in datas])
+
+    def stream(self) -> StreamLife:
+        return self.registry.life(self.key, SID, self.life)
+
+    def deliver(
+        self, sink: ListSink, *, cursor: int = 0, primes: bool = True, **options: Any
+    ) -> asyncio.Task[Delivered]:
+        return asyncio.ensure_future(
+            deliver(
+                sink,
+                store=self.store,
+                registry=self.registry,
+                stream=self.stream(),
+                settings=self.settings,
+                metrics=self.metrics,
+                cursor=cursor,
+                primes=primes,
+                **options,
+            )
+        )
+
+
+async def _until(condition: Any, timeout_s: float = DEADLINE_S) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+# Delivery -----------------------------------------------------------------------------------
+
+
+async def test_replay_then_live_tail_sends_each_event_once_with_its_id():
+    stage = _Stage()
+    await stage.create("a", "b", "c")
+    sink = ListSink()
+    task = stage.deliver(sink, cursor=1)
+    await sink.wait_for(2)
+    await stage.store.append_many(SID, stage.life, [("d", None)])
+    await sink.wait_for(3)
+    await stage.store.finish(SID, stage.life)
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+
+    events = sink.events()
+    assert events[0].data == ""  # the priming event: id + retry + empty data
+    primed = parse_event_id(events[0].id)
+    assert primed is not None
+    assert (primed.life, primed.offset) == (stage.life, 1)  # its cursor is the starting one
+    assert events[0].retry == RETRY_MS
+    assert [(e.data, e.id) for e in events if e.data] == [
+        ("b", event_id(stage.life, 2)),
+        ("c", event_id(stage.life, 3)),
+        ("d", event_id(stage.life, 4)),
+    ]
+    assert sink.writes[-1] == encode_retry(RETRY_MS)
+    assert sink.ended
+    assert (delivered.ended, delivered.events, delivered.cursor) == ("finished", 3, 4)
+    assert stage.registry.find(stage.key) is None  # released with its reader
+
+
+async def test_polling_close_right_after_priming_unless_resuming():
+    stage = _Stage(_settings({"poll_after_ms": 0}))
+    await stage.create("a")
+    sink = ListSink()
+    delivered = await asyncio.wait_for(stage.deliver(sink), DEADLINE_S)
+    assert delivered.ended == "poll"
+    assert sink.datas() == []
+
+    resumed = ListSink()
+    task = stage.deliver(resumed, resuming=True)
+    await resumed.wait_for(1)
+    await stage.store.finish(SID, stage.life)
+    assert (await asyncio.wait_for(task, DEADLINE_S)).ended == "finished"
+    assert resumed.datas() == ["a"]
+
+
+async def test_a_replay_that_never_catches_up_closes_after_its_passes():
+    stage = _Stage(_settings(store={"replay_batch_events": 2, "replay_max_passes": 2}))
+    await stage.create(*"abcdefghij")
+    sink = ListSink()
+    delivered = await asyncio.wait_for(stage.deliver(sink, resuming=True), DEADLINE_S)
+    assert delivered.ended == "replay_bound"
+    assert sink.datas() == ["a", "b", "c", "d"]
+    assert delivered.cursor == 4  # the client resumes from there
+
+
+@pytest.mark.parametrize(
+    ("failure", "ended"), [(SlowReader, "slow_reader"), (ClientGone, "client_gone")]
+)
+async def test_a_slow_or_vanished_reader_is_cut_without_a_retry(failure: Any, ended: str):
+    stage = _Stage()
+    await stage.create("a")
+    sink = ListSink()
+    sink.fail_with = failure
+    delivered = await asyncio.wait_for(stage.deliver(sink), DEADLINE_S)
+    assert delivered.ended == ended
+    assert sink.aborted is (failure is SlowReader)
+    assert not sink.ended
+    assert sink.writes == []
+
+
+async def test_a_newer_connection_supersedes_the_older_with_retry():
+    stage = _Stage()
+    await stage.create("a")
+    older, newer = ListSink(), ListSink()
+    first = stage.deliver(older)
+    await older.wait_for(1)
+    second = stage.deliver(newer)
+    assert (await asyncio.wait_for(first, DEADLINE_S)).ended == "superseded"
+    assert older.writes[-1] == encode_retry(RETRY_MS)
+    await newer.wait_for(1)
+    await stage.store.finish(SID, stage.life)
+    assert (await asyncio.wait_for(second, DEADLINE_S)).ended == "finished"
+
+
+async def test_keepalive_comments_while_idle():
+    stage = _Stage(_settings({"keepalive_s": 0.02}))
+    await stage.create()
+    sink = ListSink()
+    task = stage.deliver(sink)
+    await _until(lambda: sink.writes.count(KEEPALIVE) >= 2)
+    await stage.store.finish(SID, stage.life)
+    assert (await asyncio.wait_for(task, DEADLINE_S)).ended == "finished"
+
+
+async def test_the_live_tail_comes_from_the_feed_and_lost_events_go_without_ids():
+    stage = _Stage()
+    await stage.create()
+    stream = stage.stream()
+    feed = stream.start_feed(max_lost_events=100)
+    sink = ListSink()
+    task = stage.deliver(sink)
+    last = await stage.store.append_many(SID, stage.life, [("a", None)])
+    feed.add_stored(last, [("a", None)])
+    await sink.wait_for(1)
+    stream.lose()  # the store failed: the feed carries the stream on, unstored
+    feed.push("b", "progress")
+    feed.close()
+    stream.pump_ended()
+    assert stream.phase is Phase.LOST
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert delivered.ended == "finished_unstored"
+    assert [(e.data, e.id, e.event) for e in sink.events() if e.data] == [
+        ("a", event_id(stage.life, 1), None),
+        ("b", None, "progress"),  # without id: a later resume names "a" and gets a 400
+    ]
+
+
+class _DownStore(MemoryStore):
+    """A memory store whose reads fail while ``down`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.failed_reads = 0
+
+    async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
+        if self.down:
+            self.failed_reads += 1
+            raise StoreUnavailable
+        return await super().read(session_id, life, after, limit)
+
+    async def stream_info(self, session_id: str, life: str) -> Any:
+        if self.down:
+            raise StoreUnavailable
+        return await super().stream_info(session_id, life)
+
+
+async def test_an_outage_waits_for_the_feed_to_carry_the_stream_on():
+    store = _DownStore()
+    stage = _Stage(store=store)
+    await stage.create()
+    store.down = True
+    sink = ListSink()
+    task = stage.deliver(sink)
+    await _until(lambda: store.failed_reads >= 1)
+    # This process's pump lost the store too: the feed appears in lost mode and wakes the
+    # waiting connection (no polling).
+    stream = stage.stream()
+    feed = stream.start_feed(max_lost_events=100)
+    stream.lose()
+    feed.push("x", None)
+    feed.close()
+    stream.pump_ended()
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert delivered.ended == "finished_unstored"
+    assert [(e.data, e.id) for e in sink.events() if e.data] == [("x", None)]
+
+
+async def test_the_owner_check_runs_while_idle_and_may_end_the_stream():
+    stage = _Stage(_settings(store={"heartbeat_s": 0.02, "heartbeat_expiry_s": 0.1}))
+    await stage.create("a")
+    checks = 0
+
+    async def check_owner() -> bool:
+        nonlocal checks
+        checks += 1
+        if checks == 3:  # the owner is found dead: its pending errors end the stream
+            await stage.store.append_many(SID, stage.life, [("error", None)])
+            await stage.store.finish(SID, stage.life)
+        return checks == 3
+
+    sink = ListSink()
+    delivered = await asyncio.wait_for(
+        stage.deliver(sink, resuming=True, check_owner=check_owner), DEADLINE_S
+    )
+    assert delivered.ended == "finished"
+    assert sink.datas() == ["a", "error"]
+    assert checks == 3
+
+
+async def test_a_dropped_stream_ends_the_connection_with_retry():
+    stage = _Stage()
+    await stage.create("a")
+    sink = ListSink()
+    task = stage.deliver(sink)
+    await sink.wait_for(1)
+    await stage.store.drop_stream(SID, stage.life)
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert delivered.ended == "stream_dropped"
+    assert sink.writes[-1] == encode_retry(RETRY_MS)
+
+
+# The pump -----------------------------------------------------------------------------------
+
+
+async def _chunks(*chunks: bytes) -> Any:
+    for chunk in chunks:
+        yield chunk
+
+
+async def test_the_pump_stores_events_without_upstream_ids_and_finishes():
+    stage = _Stage()
+    await stage.create()
+    response = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {}})
+    body = _chunks(
+        b"id: up-0\nretry: 50\ndata:\n\n", sse('{"method":"n"}', event_id="up-1"), sse(response)
+    )
+    result = await run_pump(
+        stage.store, SID, stage.life, body, request_ids=[7], max_event_bytes=1 << 16
+    )
+    assert (result.events, result.broken, result.pending) == (2, False, [])
+    read = await stage.store.read(SID, stage.life, 0, 10)
+    assert [e.data for e in read.events] == ['{"method":"n"}', response]
+    assert read.finished
+
+
+async def test_a_broken_upstream_body_answers_each_pending_request_with_an_error():
+    stage = _Stage()
+    await stage.create()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    queue.put_nowait(sse('{"method":"progress"}'))
+    queue.put_nowait(ConnectionResetError())
+    body = ScriptedResponse(body=queue).chunks()
+    result = await run_pump(
+        stage.store, SID, stage.life, body, request_ids=[1, "two"], max_event_bytes=1 << 16
+    )
+    assert result.broken
+    assert result.pending == [1, "two"]
+    read = await stage.store.read(SID, stage.life, 0, 10)
+    errors = [json.loads(e.data) for e in read.events[1:]]
+    assert [(e["id"], e["error"]["code"]) for e in errors] == [
+        (1, UPSTREAM_STREAM_BROKEN),
+        ("two", UPSTREAM_STREAM_BROKEN),
+    ]
+    assert read.finished
+
+
+async def test_a_resumable_upstream_that_closes_on_purpose_is_resumed_with_its_own_id():
+    stage = _Stage()
+    await stage.create()
+    asked: list[str] = []
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+
+    async def reopen(last_event_id: str) -> Any:
+        asked.append(last_event_id)
+        return _chunks(sse(answer))
+
+    first = _chunks(b"id: up-9\nretry: 1\ndata:\n\n", sse('{"method":"n"}', event_id="up-10"))
+    result = await run_pump(
+        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
+    )
+    assert asked == ["up-10"]
+    assert not result.broken
+    read = await stage.store.read(SID, stage.life, 0, 10)
+    assert [e.data for e in read.events] == ['{"method":"n"}', answer]
+
+
+# Request and standalone streams ------------------------------------------------------------
+
+
+def _streams(upstream: ScriptedUpstream, store: MemoryStore | None = None) -> Streams:
+    return Streams(
+        StreamContext(
+            store=store or MemoryStore(),
+            upstream=upstream,
+            registry=Registry(),
+            settings=_settings(),
+            metrics=Metrics(),
+            replica_id="replica-a",
+        )
+    )
+
+
+CALL = UpstreamCall(URL_, [("Accept", "application/json, text/event-stream")])
+
+
+async def test_a_json_answer_is_relayed_and_its_stream_life_dropped():
+    json_answer = ScriptedResponse(content_type="application/json", body=[b"{}"])
+    again = ScriptedResponse(content_type="application/json", body=[b"{}"])
+    # One open stream per session at most: a life left behind would refuse the next POST.
+    store = MemoryStore(max_streams_per_session=1)
+    streams = _streams(ScriptedUpstream().then(json_answer, again), store)
+    response, stream = await streams.requests.open_post(SID, CALL, b"{}", [1])
+    assert response is json_answer
+    assert stream is None
+    response, stream = await streams.requests.open_post(SID, CALL, b"{}", [2])
+    assert (response, stream) == (again, None)
+    await _until(lambda: streams.ctx.registry.tasks == 0)
+
+
+async def test_an_sse_answer_is_pumped_by_the_app_even_when_the_client_leaves():
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    upstream = ScriptedUpstream().then(ScriptedResponse(body=queue))
+    streams = _streams(upstream)
+    response, stream = await streams.requests.open_post(SID, CALL, b"{}", [1])
+    assert stream is not None
+    assert stream.phase is Phase.LIVE
+    assert stream.feed is not None  # before any client attaches
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    queue.put_nowait(sse(answer))  # nobody reads the stream: the pump goes on
+    queue.put_nowait(None)
+    await _until(lambda: streams.ctx.registry.tasks == 0)
+    read = await streams.ctx.store.read(SID, stream.life, 0, 10)
+    assert [e.data for e in read.events] == [answer]
+    assert read.finished
+    assert stream.phase is Phase.FINISHED
+    assert streams.ctx.registry.find(stream.key) is None
+    assert response.closed
+
+
+async def test_an_upstream_failure_before_the_headers_drops_the_new_stream_life():
+    store = MemoryStore(max_streams_per_session=1)
+    answer = ScriptedResponse(content_type="application/json", body=[b"{}"])
+    streams = _streams(ScriptedUpstream().then(UpstreamConnectError("refused"), answer), store)
+    with pytest.raises(UpstreamConnectError):
+        await streams.requests.open_post(SID, CALL, b"{}", [1])
+    # Nothing is left: the session's one stream is free for the next POST.
+    response, _ = await streams.requests.open_post(SID, CALL, b"{}", [2])
+    assert response is answer
+
+
+@pytest.mark.parametrize(
+    ("last_event_id", "error"),
+    [("garbage", InvalidEventId), (None, UnknownStream), ("far", InvalidEventId)],
+)
+async def test_a_cursor_that_cannot_be_served_is_refused(last_event_id: Any, error: Any):
+    store = MemoryStore()
+    streams = _streams(ScriptedUpstream(), store)
+    life = new_life()
+    await store.create_stream(SID, life, kind="request", owner="replica-b")
+    await store.append_many(SID, life, [("a", None)])
+    value = {
+        "garbage": "not-an-id",
+        None: event_id(new_life(), 1),  # a life the session never had
+        "far": event_id(life, 5),  # beyond the stream's end
+    }[last_event_id]
+    with pytest.raises(error):
+        await streams.requests.resume_target(SID, value)
+    cursor, info = await streams.requests.resume_target(SID, event_id(life, 1))
+    assert (cursor.life, cursor.offset, info.last_offset) == (life, 1, 1)
+
+
+async def test_a_trimmed_cursor_is_gone():
+    store = MemoryStore(max_events_per_stream=2)
+    streams = _streams(ScriptedUpstream(), store)
+    life = new_life()
+    await store.create_stream(SID, life, kind="request", owner="replica-b")
+    await store.append_many(SID, life, [(d, None) for d in "abcd"])
+    with pytest.raises(CursorGone):
+        await streams.requests.resume_target(SID, event_id(life, 1))
+
+
+async def test_the_standalone_stream_relays_a_refusal_and_authorizes_joins():
+    refusal = ScriptedResponse(status=405, content_type="application/json", body=[b"{}"])
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    upstream = ScriptedUpstream().then(refusal, ScriptedResponse(body=queue))
+    streams = _streams(upstream)
+    joins: list[Any] = []
+
+    async def refuse(info: Any) -> str:
+        joins.append(info)
+        return "refused"
+
+    async def admit(info: Any) -> None:
+        joins.append(info)
+
+    refused = await streams.standalone.ensure(SID, CALL, admit)
+    assert refused is not None
+    assert refused.response is refusal  # relayed: no pump, nothing kept
+    assert not streams.standalone.pumps
+    assert await streams.standalone.ensure(SID, CALL, admit) is None  # opens the upstream GET
+    assert streams.standalone.running(SID)
+    assert joins == []  # the opener is authorized by the upstream itself
+    refused = await streams.standalone.ensure(SID, CALL, refuse)
+    assert refused is not None
+    assert refused.refusal == "refused"
+    newer = UpstreamCall(URL_, [("Authorization", "Bearer newer")])
+    assert await streams.standalone.ensure(SID, newer, admit) is None
+    assert streams.standalone.calls[session_digest(SID)] is newer  # it re-opens the GET
+    assert [info.life for info in joins] == [standalone_life(SID)] * 2
+    assert len(upstream.sent) == 2  # one refused GET, one open: never two open at once
+    await streams.ctx.registry.close(DEADLINE_S)
+    assert not streams.standalone.pumps
