@@ -25,7 +25,8 @@
     ├── StoreError
     │   ├── StoreUnavailable         503 + Retry-After: the event store is needed but down
     │   │   └── StoreBusy            503 + Retry-After: too many store calls queued (new work)
-    │   └── StoreLimitExceeded       a bound of D7 was hit (streams per session, event size)
+    │   ├── StoreLimitExceeded       a bound of D7 was hit (streams per session, event size)
+    │   └── LeaseLost                an append under a lease another replica took over (fencing)
     ├── StreamError                  400: a Last-Event-ID that cannot be resumed, never echoed
     │   ├── InvalidEventId           not an id this gateway mints
     │   ├── UnknownStream            no such stream life under this session (foreign, expired)
@@ -147,6 +148,14 @@ class StoreBusy(StoreUnavailable):
 
 class StoreLimitExceeded(StoreError):
     """Raised when a bound of DESIGN D7 refuses a write (too many streams in a session)."""
+
+
+class LeaseLost(StoreError):
+    """Raised when an append names a lease that is no longer the session's (DESIGN D5).
+
+    Another replica took the session's standalone lease over (it expired, or was released):
+    a paused former holder must not write, and stops pumping.
+    """
 
 
 class StreamError(GatewayError):

@@ -23,6 +23,10 @@ DEFAULT_MAX_BODY_BYTES = 16 * MIB
 DEFAULT_MEMORY_STORE_MAX_BYTES = 256 * MIB
 DEFAULT_HEARTBEAT_S = 5.0
 DEFAULT_HEARTBEAT_EXPIRY_S = 15.0
+#: A session's standalone lease (one upstream GET across replicas) lives this long unrenewed;
+#: its holder renews it every third of it.
+DEFAULT_LEASE_TTL_S = 10.0
+MIN_LEASE_TTL_S = 0.3
 #: Kubernetes' default terminationGracePeriodSeconds is 30 s; operators raise both together.
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
 DEFAULT_CONNECT_TIMEOUT_S = 10.0

@@ -16,6 +16,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_HEARTBEAT_EXPIRY_S,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_KEEPALIVE_S,
+    DEFAULT_LEASE_TTL_S,
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_EVENTS_PER_STREAM,
     DEFAULT_MAX_QUEUED_CALLS,
@@ -27,6 +28,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_SESSION_IDLE_TTL_S,
     DEFAULT_SLOW_READER_CUT_S,
     DEFAULT_STALL_TIMEOUT_S,
+    MIN_LEASE_TTL_S,
     MIN_STALL_TIMEOUT_S,
 )
 from mcp_sse_gateway.config.fields import PositiveSeconds, Section
@@ -80,6 +82,13 @@ class StoreSettings(Section):
     heartbeat_expiry_s: PositiveSeconds = Field(
         default=DEFAULT_HEARTBEAT_EXPIRY_S,
         description="A replica whose heartbeat is older than this is dead, seconds.",
+    )
+    lease_ttl_s: PositiveSeconds = Field(
+        default=DEFAULT_LEASE_TTL_S,
+        ge=MIN_LEASE_TTL_S,
+        description="A session's standalone lease (which replica holds its one upstream GET) "
+        "expires this long after its holder's last renewal (every third of it), seconds; "
+        "another replica with a client attached then takes it over (DESIGN D5).",
     )
     replay_batch_events: int = Field(default=DEFAULT_REPLAY_BATCH_EVENTS, gt=0)
     replay_max_passes: int = Field(default=DEFAULT_REPLAY_MAX_PASSES, gt=0)

@@ -87,10 +87,27 @@ class ReadResult:
     Attributes:
         events: oldest first, consecutive offsets, at most the *limit* asked for.
         finished: the stream is finished and *events* reach its last offset: nothing follows.
+        reader: the newest connection that claimed the stream (:meth:`EventStore.claim_reader`),
+            ``""`` when none did.
     """
 
     events: list[StoredEvent]
     finished: bool
+    reader: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A session's standalone lease (DESIGN D5): who pumps its one upstream GET, under which epoch.
+
+    Attributes:
+        holder: the replica id holding it.
+        epoch: the fencing epoch: a new one on every acquisition by a new holder, so appends
+            under an older one are refused.
+    """
+
+    holder: str
+    epoch: int
 
 
 def _ignore(_operation: str, _seconds: float) -> None:
@@ -193,14 +210,18 @@ class EventStore(Protocol):
         events: Sequence[tuple[str, str | None]],
         *,
         pending: Sequence[str] | None = None,
+        lease: Lease | None = None,
     ) -> int:
         """Append ``(data, event)`` pairs in order, atomically, waking readers once.
+
+        With *lease*, the append is fenced: refused unless *lease* is still the session's.
 
         Returns:
             The offset of the last event.
 
         Raises:
             UnknownStream: as :meth:`append`.
+            LeaseLost: *lease* is no longer the session's; nothing was stored.
             ValueError: *events* is empty.
         """
 
@@ -216,11 +237,35 @@ class EventStore(Protocol):
         """
 
     async def wait(self, session_id: str, life: str, after: int, timeout_s: float) -> bool:
-        """Wait until an event after *after* is stored, or the stream finished or was dropped.
+        """Wait until an event after *after* is stored, the stream finished, was dropped or claimed.
 
         Returns:
             True when woken by one of those, False when *timeout_s* seconds passed first.
             Safe to cancel.
+        """
+
+    async def acquire_lease(self, session_id: str, holder: str, ttl_s: float) -> Lease | None:
+        """Take the session's standalone lease for *ttl_s* seconds (DESIGN D5).
+
+        Free or expired: *holder* gets it under a new epoch. Held by *holder* already: the same
+        lease, renewed.
+
+        Returns:
+            The lease, or None when another replica holds it.
+        """
+
+    async def renew_lease(self, session_id: str, lease: Lease, ttl_s: float) -> bool:
+        """Extend *lease* by *ttl_s* seconds from now; False when it is no longer the session's."""
+
+    async def release_lease(self, session_id: str, lease: Lease) -> None:
+        """Give *lease* up at once (drain, refused upstream GET); a stale one changes nothing."""
+
+    async def claim_reader(self, session_id: str, life: str, reader: str) -> None:
+        """Record *reader* as the newest connection of stream *life* and wake its waiters.
+
+        Reads name it (:attr:`ReadResult.reader`), so an older connection to the same stream,
+        on any replica, learns that it was replaced (DESIGN D5: the newest GET wins). A no-op
+        on an unknown stream.
         """
 
     @property

@@ -124,6 +124,8 @@ class Delivery:
             polling close, and ``poll_after_ms = 0`` does not close it on purpose at all.
         check_owner: called every ``store.heartbeat_s`` while the stream is idle: ends the
             stream if its owner replica died (the stream is then finished with errors).
+        reader: this connection's claim on the stream (a standalone stream, D5): once a read
+            names a newer reader, on any replica, the connection ends ``superseded``.
     """
 
     def __init__(
@@ -137,8 +139,10 @@ class Delivery:
         primes: bool,
         resuming: bool = False,
         check_owner: Callable[[], Awaitable[object]] | None = None,
+        reader: str | None = None,
     ) -> None:
         self._sink, self._store, self._stream = sink, store, stream
+        self._claim = reader
         self._sse, self._limits = settings.sse, settings.store
         self._batch = settings.store.replay_batch_events
         self._primes, self._resuming, self._check_owner = primes, resuming, check_owner
@@ -219,6 +223,8 @@ class Delivery:
         except (StoreUnavailable, UnknownStream) as exc:
             await self._outage(exc)
             return _AGAIN
+        if self._claim is not None and result.reader not in {"", self._claim}:
+            return "superseded"  # a newer connection claimed the stream, maybe elsewhere
         if result.events:
             if len(result.events) == self._batch and not result.finished:
                 # A replay: the store reads the next batch while this one is written.
@@ -228,9 +234,8 @@ class Delivery:
             return "finished"
         if len(result.events) == self._batch:
             self._full_batches += 1
-            if self._replaying and self._full_batches >= self._limits.replay_max_passes:
-                return "replay_bound"
-            return _AGAIN
+            bound = self._replaying and self._full_batches >= self._limits.replay_max_passes
+            return "replay_bound" if bound else _AGAIN
         self._replaying = False
         self._full_batches = 0
         if result.events or self._stream.feed is not None:
@@ -289,6 +294,7 @@ class Delivery:
         next_keepalive = loop.time() + self._sse.keepalive_s
         logged = False
         while True:
+            seen = self._stream.news
             feed = self._stream.feed
             if feed is not None and (
                 feed.lost or (not feed.done and feed.read(self.cursor.position, 0) is not None)
@@ -310,7 +316,9 @@ class Delivery:
                     next_store_check = loop.time() + OUTAGE_STORE_CHECK_S
                 else:
                     return
-            await self._stream.wait_news(min(next_store_check, next_keepalive) - loop.time())
+            await self._stream.wait_news(
+                min(next_store_check, next_keepalive) - loop.time(), since=seen
+            )
 
     def _due(self) -> bool:
         return self._close_at is not None and time.monotonic() >= self._close_at
@@ -356,6 +364,7 @@ async def deliver(
     primes: bool,
     resuming: bool = False,
     check_owner: Callable[[], Awaitable[object]] | None = None,
+    reader: str | None = None,
 ) -> Delivered:
     """Attach to *stream* (replacing an older connection) and deliver it until a close.
 
@@ -377,6 +386,7 @@ async def deliver(
         primes=primes,
         resuming=resuming,
         check_owner=check_owner,
+        reader=reader,
     )
     ended = "client_gone"
     metrics.streams_active.inc()
@@ -395,9 +405,11 @@ async def deliver(
             except SlowReader:
                 log.info("subscriber.dropped_slow", cursor=delivery.cursor.offset)
                 sink.abort()
-                return _delivered(delivery, "slow_reader")
+                ended = "slow_reader"
+                return _delivered(delivery, ended)
             except ClientGone:
-                return _delivered(delivery, "client_gone")
+                ended = "client_gone"
+                return _delivered(delivery, ended)
             except UnknownStream:
                 # Dropped while attached (session deleted or expired): nothing more will come.
                 ended = "stream_dropped"

@@ -80,6 +80,8 @@ class StreamLife:
         self.feed: LocalFeed | None = None
         self.reader: Attachment | None = None
         self._news: asyncio.Event | None = None
+        #: Counts news (see :meth:`wait_news`).
+        self.news = 0
 
     # The pump's side ------------------------------------------------------------------------
 
@@ -131,12 +133,17 @@ class StreamLife:
         """Nothing of this process holds the life any more: neither a feed nor a reader."""
         return self.feed is None and self.reader is None
 
-    async def wait_news(self, timeout_s: float) -> bool:
+    async def wait_news(self, timeout_s: float, *, since: int | None = None) -> bool:
         """Wait until the feed appears, gets events, switches to lost mode or closes.
+
+        With *since* (a value of :attr:`news` read earlier), news that came after it returns
+        at once: nothing is missed between a check and the wait.
 
         Returns:
             False on timeout.
         """
+        if since is not None and since != self.news:
+            return True
         if self._news is None:
             self._news = asyncio.Event()
         news = self._news
@@ -148,6 +155,7 @@ class StreamLife:
         return True
 
     def _wake(self) -> None:
+        self.news += 1
         news, self._news = self._news, None
         if news is not None:
             news.set()

@@ -36,6 +36,7 @@ import structlog
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import (
     EventTooLarge,
+    LeaseLost,
     SSEError,
     StoreError,
     StoreUnavailable,
@@ -43,7 +44,8 @@ from mcp_sse_gateway.errors import (
     UpstreamError,
 )
 from mcp_sse_gateway.sse import SSEDecoder
-from mcp_sse_gateway.store.base import EventStore
+from mcp_sse_gateway.store.base import EventStore, Lease
+from mcp_sse_gateway.streams.feed import LocalFeed
 from mcp_sse_gateway.streams.life import StreamLife
 
 log = structlog.get_logger("mcp_sse_gateway.pump")
@@ -79,12 +81,14 @@ class PumpResult:
         pending: request ids left without a response when the upstream ended.
         store_lost: the store failed mid-stream: later events went to the local feed only, or
             (without a stream life to carry them) were not read.
+        lease_lost: an append was refused: the session's lease is another replica's now.
     """
 
     events: int = 0
     broken: bool = False
     pending: list[jsonrpc.JSONRPCId] = field(default_factory=list)
     store_lost: bool = False
+    lease_lost: bool = False
 
 
 @dataclass(slots=True)
@@ -96,18 +100,25 @@ class _Sink:
     life: str
     stream: StreamLife | None
     on_store_lost: Callable[[], None] | None
+    lease: Lease | None = None
+
+    #: The stream's feed when the pump started, kept by the pump itself: a life retired while
+    #: the pump still runs never takes it out of lost mode (no write after a gap).
+    feed: LocalFeed | None = None
+
+    def __post_init__(self) -> None:
+        self.feed = self.stream.feed if self.stream is not None else None
 
     @property
     def lost(self) -> bool:
-        return self.stream is not None and self.stream.feed is not None and self.stream.feed.lost
+        return self.feed is not None and self.feed.lost
 
     async def put(self, events: list[tuple[str, str | None]], pending: list[str] | None) -> None:
-        stream = self.stream
-        feed = stream.feed if stream is not None else None
+        stream, feed = self.stream, self.feed
         if feed is None or not feed.lost:
             try:
                 last = await self.store.append_many(
-                    self.session_id, self.life, events, pending=pending
+                    self.session_id, self.life, events, pending=pending, lease=self.lease
                 )
             except StoreUnavailable:
                 if stream is None or feed is None:
@@ -153,6 +164,7 @@ async def run_pump(
     finish: bool = True,
     stream: StreamLife | None = None,
     on_store_lost: Callable[[], None] | None = None,
+    lease: Lease | None = None,
 ) -> PumpResult:
     """Read *body* into stream *life* of the session until it ends.
 
@@ -172,6 +184,8 @@ async def run_pump(
             the store becomes unreachable the life goes on in lost mode (None: a store failure
             breaks the stream). The pump closes the feed when done.
         on_store_lost: called once when the life switches to lost mode (to retire it).
+        lease: the session's standalone lease the appends are fenced by (DESIGN D5): once
+            another replica took it over, the pump stops (``lease_lost``).
 
     Returns:
         What was appended.
@@ -181,28 +195,14 @@ async def run_pump(
     """
     pending: dict[jsonrpc.JSONRPCId, None] = dict.fromkeys(request_ids)
     result = PumpResult()
-    sink = _Sink(store, session_id, life, stream, on_store_lost)
+    sink = _Sink(store, session_id, life, stream, on_store_lost, lease)
     resumes = 0
     try:
         while True:
             decoder = SSEDecoder(max_event_bytes=max_event_bytes)
             before = result.events
-            try:
-                retry_ms = await _read_body(sink, body, decoder, pending, result)
-            except StreamError:
-                # The stream was dropped under the pump (session deleted or expired).
-                log.info("stream.dropped_while_pumping")
-                pending.clear()
-                break
-            except StoreUnavailable:
-                # No local feed to carry it on: the stream cannot go on; it has a gap from here.
-                log.warning("store.lost_mid_stream")
-                result.broken, result.store_lost = bool(pending), True
-                break
-            except (UpstreamError, SSEError) as exc:
-                # The body broke off (reset, truncated, read timeout) or an event is too large.
-                log.warning("upstream.stream_broken", error=type(exc).__name__)
-                result.broken = bool(pending)
+            retry_ms = await _read_body_or_end(sink, body, decoder, pending, result)
+            if retry_ms is _ENDED:
                 break
             upstream_id = decoder.last_event_id
             if not pending or reopen is None or not upstream_id:
@@ -212,9 +212,7 @@ async def run_pump(
             if resumes > MAX_UPSTREAM_RESUMES:
                 result.broken = True
                 break
-            await asyncio.sleep(
-                retry_ms / 1000 if retry_ms is not None else DEFAULT_UPSTREAM_RETRY_S
-            )
+            await asyncio.sleep(retry_ms / 1000 if retry_ms >= 0 else DEFAULT_UPSTREAM_RETRY_S)
             reopened = await reopen(upstream_id)
             if reopened is None:
                 result.broken = True
@@ -226,6 +224,51 @@ async def run_pump(
         result.store_lost = result.store_lost or sink.lost
         await _settle(sink, result, finish=finish)
     return result
+
+
+#: What :func:`_read_body_or_end` returns when the body ended the pump (or ``retry``: -1 none).
+_ENDED = -2
+
+
+async def _read_body_or_end(
+    sink: _Sink,
+    body: Chunks,
+    decoder: SSEDecoder,
+    pending: dict[jsonrpc.JSONRPCId, None],
+    result: PumpResult,
+) -> int:
+    """Read one upstream body into the sink; the last ``retry`` (ms, -1 for none) or _ENDED.
+
+    Every failure ends the pump, recorded in *result*: it never escapes (a client must never
+    hang on a stream whose pump died).
+    """
+    try:
+        retry_ms = await _read_body(sink, body, decoder, pending, result)
+    except LeaseLost:
+        # Another replica pumps the session's upstream GET now: this one must stop.
+        log.info("standalone.lease_lost")
+        result.lease_lost = True
+    except StreamError:
+        # The stream was dropped under the pump (session deleted or expired).
+        log.info("stream.dropped_while_pumping")
+        pending.clear()
+    except StoreUnavailable:
+        # No local feed to carry it on: the stream cannot go on; it has a gap from here.
+        log.warning("store.lost_mid_stream")
+        result.broken, result.store_lost = bool(pending), True
+    except (UpstreamError, SSEError) as exc:
+        # The body broke off (reset, truncated, read timeout) or an event is too large.
+        log.warning("upstream.stream_broken", error=type(exc).__name__)
+        result.broken = bool(pending)
+    except StoreError as exc:
+        log.warning("store.append_failed", error=type(exc).__name__)
+        result.broken = bool(pending)
+    except Exception:  # a bug must end the stream, never hang its client
+        log.exception("pump.failed")
+        result.broken = bool(pending)
+    else:
+        return -1 if retry_ms is None else retry_ms
+    return _ENDED
 
 
 async def _read_body(
@@ -290,8 +333,10 @@ async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
             await sink.store.finish(sink.session_id, sink.life)
     except (StoreError, StreamError):
         log.warning("store.settle_failed", pending=len(result.pending))
+    except Exception:  # whatever failed, the pump ends normally (log.exception: a bug)
+        log.exception("store.settle_failed", pending=len(result.pending))
     finally:
+        if sink.feed is not None:
+            sink.feed.close()
         if sink.stream is not None:
-            if sink.stream.feed is not None:
-                sink.stream.feed.close()
             sink.stream.pump_ended()

@@ -150,7 +150,9 @@ class RequestStreams:
             response = await self._ctx.upstream.open("POST", call.url, call.headers, body)
             if not is_event_stream(response):
                 if life is not None:
-                    await store.drop_stream(session_id, life)
+                    # Best effort: the answer must reach the client (the life expires anyway).
+                    with contextlib.suppress(StoreError, StreamError):
+                        await store.drop_stream(session_id, life)
                 opened.set_result((response, None))
                 return
             if life is None:

@@ -125,7 +125,8 @@ class UpstreamCall:
         """The same call as a GET for an event stream, resuming after *last_event_id* if given."""
         keep = [(n, v) for n, v in self.headers if n.lower() not in _REOPEN_REPLACED]
         extra = [("Last-Event-ID", last_event_id)] if last_event_id is not None else []
-        return UpstreamCall(self.url, [*keep, ("Accept", "text/event-stream"), *extra])
+        headers = [*keep, ("Accept", "text/event-stream"), *extra]
+        return UpstreamCall(self.url, headers, self.auth, self.creator)
 
 
 def is_event_stream(response: UpstreamResponse) -> bool:

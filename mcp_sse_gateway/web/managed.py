@@ -15,7 +15,7 @@ from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.eras import Era
 from mcp_sse_gateway.store.base import SessionRecord, StreamInfo
 from mcp_sse_gateway.streams.delivery import Delivered, deliver
-from mcp_sse_gateway.streams.standalone import standalone_life
+from mcp_sse_gateway.streams.standalone import Refused, standalone_life
 from mcp_sse_gateway.streams.upstream import UpstreamCall, stream_headers
 from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STREAMS
 from mcp_sse_gateway.web.passthrough import relay_response
@@ -89,6 +89,9 @@ async def resume(
     check_owner = requests.owner_check(session_id, info)
     if check_owner is not None and not info.finished:
         await check_owner()
+    reader = None
+    if info.kind == "standalone":
+        reader = await _join_standalone(request, session_id, call)
     out, delivered = await _deliver(
         request,
         session_id,
@@ -97,6 +100,7 @@ async def resume(
         primes=era.primes,
         resuming=True,
         check_owner=check_owner,
+        reader=reader,
     )
     log.info(
         "stream.resumed",
@@ -134,6 +138,7 @@ async def standalone(
         assert refused.refusal is not None, "a refusal carries one of the two"
         return refused.refusal
     life = standalone_life(session_id)
+    reader = await streams.standalone.claim(session_id, life)
     info = await streams.ctx.store.stream_info(session_id, life)
     out, _ = await _deliver(
         request,
@@ -141,8 +146,30 @@ async def standalone(
         life,
         cursor=info.last_offset if info is not None else 0,
         primes=era.primes,
+        reader=reader,
     )
     return out
+
+
+async def _join_standalone(request: web.Request, session_id: str, call: UpstreamCall) -> str:
+    """A resume of the standalone stream (already authorized): keep its upstream GET open (D5).
+
+    The resume's headers may open (or take over) the upstream GET, without its
+    ``Last-Event-ID`` (the gateway's, meaningless upstream). Returns the connection's claim.
+    """
+    streams = request.app[STREAMS]
+
+    async def already_authorized(info: StreamInfo | None) -> None:  # noqa: ARG001
+        return None
+
+    refused: Refused[None] | None = await streams.standalone.ensure(
+        session_id, call.reopen(), already_authorized
+    )
+    if refused is not None and refused.response is not None:
+        # The upstream refuses a GET with these credentials now: what is stored is still
+        # served (the resume was authorized), nothing live follows from here.
+        refused.response.close()
+    return await streams.standalone.claim(session_id, standalone_life(session_id))
 
 
 async def _authorize(
@@ -177,6 +204,7 @@ async def _deliver(
     resuming: bool = False,
     headers: dict[str, str] | None = None,
     check_owner: Callable[[], Awaitable[object]] | None = None,
+    reader: str | None = None,
 ) -> tuple[web.StreamResponse, Delivered]:
     """Open the SSE response and deliver stream *life* to it from *cursor* (streams.delivery)."""
     app = request.app
@@ -195,5 +223,6 @@ async def _deliver(
         primes=primes,
         resuming=resuming,
         check_owner=check_owner,
+        reader=reader,
     )
     return response, delivered

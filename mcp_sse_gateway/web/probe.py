@@ -139,8 +139,10 @@ async def send_probe(
                     # result or an error): a sign-in page served with 200 is no consent.
                     try:
                         answered = await answers(response, probe_id)
-                    except UpstreamBroken:
-                        answered = False  # a body that breaks off answers nothing
+                    except UpstreamBroken as exc:
+                        # No answer either way: the upstream could not be asked (503).
+                        log.warning("auth.probe_failed", error=type(exc).__name__)
+                        return ProbeAnswer(None)
                     return ProbeAnswer(response.status, answered=answered)
                 relayed = client_response_headers(list(response.headers), keep_length=False)
                 answer = ProbeAnswer(response.status, relayed, b"", complete=False)

@@ -36,6 +36,7 @@ from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.standalone import standalone_life
 from mcp_sse_gateway.streams.upstream import UpstreamCall
 from tests.support.fake_upstream import URL_, ListSink, ScriptedResponse, ScriptedUpstream, sse
+from tests.support.waiting import eventually
 
 SID = "session-1"
 RETRY_MS = 1000
@@ -85,12 +86,6 @@ class _Stage:
                 **options,
             )
         )
-
-
-async def _until(condition: Any, timeout_s: float = DEADLINE_S) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 # Delivery -----------------------------------------------------------------------------------
@@ -160,6 +155,10 @@ async def test_a_slow_or_vanished_reader_is_cut_without_a_retry(failure: Any, en
     sink.fail_with = failure
     delivered = await asyncio.wait_for(stage.deliver(sink), DEADLINE_S)
     assert delivered.ended == ended
+    counted = stage.metrics.registry.get_sample_value(
+        "mcp_sse_gateway_stream_connections_ended_total", {"reason": ended}
+    )
+    assert counted == 1
     assert sink.aborted is (failure is SlowReader)
     assert not sink.ended
     assert sink.writes == []
@@ -184,7 +183,7 @@ async def test_keepalive_comments_while_idle():
     await stage.create()
     sink = ListSink()
     task = stage.deliver(sink)
-    await _until(lambda: sink.writes.count(KEEPALIVE) >= 2)
+    await eventually(lambda: sink.writes.count(KEEPALIVE) >= 2)
     await stage.store.finish(SID, stage.life)
     assert (await asyncio.wait_for(task, DEADLINE_S)).ended == "finished"
 
@@ -239,7 +238,7 @@ async def test_an_outage_waits_for_the_feed_to_carry_the_stream_on():
     store.down = True
     sink = ListSink()
     task = stage.deliver(sink)
-    await _until(lambda: store.failed_reads >= 1)
+    await eventually(lambda: store.failed_reads >= 1)
     # This process's pump lost the store too: the feed appears in lost mode and wakes the
     # waiting connection (no polling).
     stream = stage.stream()
@@ -382,7 +381,7 @@ async def test_a_json_answer_is_relayed_and_its_stream_life_dropped():
     assert stream is None
     response, stream = await streams.requests.open_post(SID, CALL, b"{}", [2])
     assert (response, stream) == (again, None)
-    await _until(lambda: streams.ctx.registry.tasks == 0)
+    await eventually(lambda: streams.ctx.registry.tasks == 0)
 
 
 async def test_an_sse_answer_is_pumped_by_the_app_even_when_the_client_leaves():
@@ -396,7 +395,7 @@ async def test_an_sse_answer_is_pumped_by_the_app_even_when_the_client_leaves():
     answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
     queue.put_nowait(sse(answer))  # nobody reads the stream: the pump goes on
     queue.put_nowait(None)
-    await _until(lambda: streams.ctx.registry.tasks == 0)
+    await eventually(lambda: streams.ctx.registry.tasks == 0)
     read = await streams.ctx.store.read(SID, stream.life, 0, 10)
     assert [e.data for e in read.events] == [answer]
     assert read.finished
@@ -478,3 +477,170 @@ async def test_the_standalone_stream_relays_a_refusal_and_authorizes_joins():
     assert len(upstream.sent) == 2  # one refused GET, one open: never two open at once
     await streams.ctx.registry.close(DEADLINE_S)
     assert not streams.standalone.pumps
+
+
+def _replica(store: MemoryStore, upstream: ScriptedUpstream, replica_id: str) -> Streams:
+    settings = _settings(store={"lease_ttl_s": 0.3})
+    return Streams(
+        StreamContext(
+            store=store,
+            upstream=upstream,
+            registry=Registry(),
+            settings=settings,
+            metrics=Metrics(),
+            replica_id=replica_id,
+        )
+    )
+
+
+async def test_one_upstream_get_per_session_across_replicas_and_a_takeover_on_release():
+    store = MemoryStore()
+    await store.record_session(SID, "2025-11-25")
+    queue_a: asyncio.Queue[Any] = asyncio.Queue()
+    queue_b: asyncio.Queue[Any] = asyncio.Queue()
+    upstream_a = ScriptedUpstream().then(ScriptedResponse(body=queue_a))
+    upstream_b = ScriptedUpstream().then(ScriptedResponse(body=queue_b))
+    a, b = _replica(store, upstream_a, "a"), _replica(store, upstream_b, "b")
+    joins: list[Any] = []
+
+    async def admit(info: Any) -> None:
+        joins.append(info)
+
+    assert await a.standalone.ensure(SID, CALL, admit) is None  # a opens the upstream GET
+    call_b = UpstreamCall(URL_, [("Authorization", "Bearer b")])
+    assert await b.standalone.ensure(SID, call_b, admit) is None  # b joins: a holds the lease
+    assert (len(upstream_a.sent), len(upstream_b.sent)) == (1, 0)
+    assert [info.life for info in joins] == [standalone_life(SID)]
+
+    # A client reads on b; a drains (its pump releases the lease): b takes over with its call.
+    life = standalone_life(SID)
+    sink = ListSink()
+    reader = await b.standalone.claim(SID, life)
+    info = await store.stream_info(SID, life)
+    assert info is not None
+    reading = asyncio.ensure_future(
+        deliver(
+            sink,
+            store=store,
+            registry=b.ctx.registry,
+            stream=b.requests.stream(SID, life),
+            settings=b.ctx.settings,
+            metrics=b.ctx.metrics,
+            cursor=info.last_offset,  # a plain GET starts at the live end
+            primes=False,
+            reader=reader,
+        )
+    )
+    await eventually(lambda: b.ctx.registry.attached((session_digest(SID), life)))
+    await a.ctx.registry.close(DEADLINE_S)
+    await eventually(lambda: b.standalone.running(SID))
+    await eventually(lambda: len(upstream_b.sent) == 1)
+    assert upstream_b.sent[0].headers == call_b.headers
+    queue_b.put_nowait(sse('{"method":"notifications/message"}'))
+    await sink.wait_for(1)
+
+    # A newer connection claims the stream: the older one ends, superseded.
+    await b.standalone.claim(SID, life)
+    assert (await asyncio.wait_for(reading, DEADLINE_S)).ended == "superseded"
+    await b.ctx.registry.close(DEADLINE_S)
+
+
+async def test_a_pump_whose_lease_was_taken_over_stores_nothing_more():
+    store = MemoryStore()
+    life = new_life()
+    await store.create_stream(SID, life, kind="standalone", owner="a")
+    lease = await store.acquire_lease(SID, "a", 0.05)
+    assert lease is not None
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    body = ScriptedResponse(body=queue).chunks()
+    pumping = asyncio.ensure_future(
+        run_pump(
+            store,
+            SID,
+            life,
+            body,
+            request_ids=[],
+            max_event_bytes=1 << 16,
+            finish=False,
+            lease=lease,
+        )
+    )
+    queue.put_nowait(sse("kept"))
+
+    async def stored() -> int:
+        return len((await store.read(SID, life, 0, 10)).events)
+
+    async def taken_over() -> bool:  # the lease expires unrenewed; another replica takes it
+        return await store.acquire_lease(SID, "b", 30) is not None
+
+    await eventually(stored)
+    await eventually(taken_over)
+    queue.put_nowait(sse("late"))
+    result = await asyncio.wait_for(pumping, DEADLINE_S)
+    assert result.lease_lost
+    read = await store.read(SID, life, 0, 10)
+    assert [e.data for e in read.events] == ["kept"]
+
+
+class _FailingAppends(MemoryStore):
+    """A memory store whose appends raise *failure* while it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failure: BaseException | None = None
+
+    async def append_many(self, *args: Any, **kwargs: Any) -> int:
+        if self.failure is not None:
+            raise self.failure
+        return await super().append_many(*args, **kwargs)
+
+
+async def test_a_life_retired_while_its_pump_runs_never_gets_a_write_after_the_gap():
+    store = _FailingAppends()
+    stage = _Stage(store=store)
+    await stage.create()
+    stream = stage.stream()
+    stream.start_feed(max_lost_events=100)
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    pumping = asyncio.ensure_future(
+        run_pump(
+            store,
+            SID,
+            stage.life,
+            ScriptedResponse(body=queue).chunks(),
+            request_ids=[1],
+            max_event_bytes=1 << 16,
+            stream=stream,
+        )
+    )
+    queue.put_nowait(sse('{"method":"one"}'))
+    await eventually(lambda: stream.feed is not None and stream.feed.end == 1)
+    store.failure = StoreUnavailable()
+    queue.put_nowait(sse('{"method":"two"}'))  # unstored: the life goes to lost mode
+    await eventually(lambda: stream.phase is Phase.LOST)
+    stream.retire()  # a retire cancelled at shutdown, say, while the pump still runs
+    store.failure = None  # the store is back
+    queue.put_nowait(sse(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})))
+    queue.put_nowait(None)
+    result = await asyncio.wait_for(pumping, DEADLINE_S)
+    assert result.store_lost
+    read = await store.read(SID, stage.life, 0, 10)
+    assert [e.data for e in read.events] == ['{"method":"one"}']  # nothing after the gap
+    assert not read.finished  # not finished as if complete: a resume gets no silent gap
+
+
+async def test_an_unforeseen_store_failure_ends_the_pump_with_the_pending_errors():
+    store = _FailingAppends()
+    stage = _Stage(store=store)
+    await stage.create()
+    store.failure = RuntimeError("a bug")
+    result = await run_pump(
+        store,
+        SID,
+        stage.life,
+        _chunks(sse('{"method":"n"}')),
+        request_ids=[9],
+        max_event_bytes=1 << 16,
+    )
+    assert result.broken
+    assert result.pending == [9]

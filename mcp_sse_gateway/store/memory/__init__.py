@@ -18,6 +18,7 @@ One job per module:
 * :mod:`.store`: :class:`MemoryStore`, the ``EventStore`` implementation (construction, waiting,
   liveness, lifecycle), on :mod:`.sessions` and :mod:`.streams`.
 * :mod:`.sessions`: session records and tombstones.
+* :mod:`.leases`: standalone leases (local to the process) and stream claims (DESIGN D5).
 * :mod:`.streams`: stream lives, their events, bounds, byte cap and wake-up events.
 """
 

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Any
 
 from mcp_sse_gateway.store.base import SessionRecord, session_digest
-from mcp_sse_gateway.store.memory.streams import MemoryStreams
+from mcp_sse_gateway.store.memory.leases import MemoryLeases
 
 #: Tombstones only need to outlive a client's reconnection attempts.
 TOMBSTONE_TTL_S = 300.0
@@ -20,12 +20,12 @@ TOMBSTONE_TTL_S = 300.0
 DEFAULT_MAX_SESSIONS = 100_000
 
 
-class MemorySessions(MemoryStreams):
+class MemorySessions(MemoryLeases):
     """The session operations of the in-memory event store (and, inherited, its streams').
 
     Args:
         max_sessions: bound on session records; the least recently used is evicted beyond it.
-        **streams: :class:`~mcp_sse_gateway.store.memory.streams.MemoryStreams`'s arguments.
+        **streams: :class:`~mcp_sse_gateway.store.memory.leases.MemoryLeases`'s arguments.
     """
 
     def __init__(self, *, max_sessions: int = DEFAULT_MAX_SESSIONS, **streams: Any) -> None:

@@ -19,6 +19,7 @@ import structlog
 
 from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.store.base import (
+    Lease,
     ReadResult,
     StoredEvent,
     StreamInfo,
@@ -61,6 +62,8 @@ class Stream:
     pending: tuple[str, ...] = ()
     auth: str = ""
     creator: str = ""
+    #: The newest connection that claimed the stream (DESIGN D5), ``""`` for none.
+    reader: str = ""
 
     def info(self) -> StreamInfo:
         """The stream's metadata, as the store interface returns it."""
@@ -249,6 +252,7 @@ class MemoryStreams:
         events: Sequence[tuple[str, str | None]],
         *,
         pending: Sequence[str] | None = None,
+        lease: Lease | None = None,  # noqa: ARG002 - fenced by MemoryLeases
     ) -> int:
         """Append events in order (nothing else runs in between); returns the last offset.
 
@@ -323,7 +327,7 @@ class MemoryStreams:
         end = min(start + limit, len(stream.events))
         events = [stream.events[i] for i in range(start, end)]
         reached = events[-1].offset if events else after
-        return ReadResult(events, stream.finished and reached >= stream.last_offset)
+        return ReadResult(events, stream.finished and reached >= stream.last_offset, stream.reader)
 
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
         """The stream life's metadata, or None."""

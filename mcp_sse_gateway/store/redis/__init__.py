@@ -9,6 +9,7 @@
 * :mod:`.calls`: the call queue (priorities, bound), the stall timeout, outages.
 * :mod:`.wakeups`: the Pub/Sub subscription fanned out to local waiters.
 * :mod:`.liveness`: replica heartbeats and ending a dead owner's streams.
+* :mod:`.leases`: standalone leases (holder, fencing epoch) and stream claims (DESIGN D5).
 * :mod:`.offsets`: what this process appended, to detect lost events.
 * :mod:`.cluster`: Redis Cluster: bounded commands in flight, the subscriber's node.
 """

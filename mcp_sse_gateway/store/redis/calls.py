@@ -39,6 +39,9 @@ from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEO
 from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable
 from mcp_sse_gateway.store.redis.connections import UNAVAILABLE_ERRORS
 
+#: Refusals: Redis answered with an error (read-only, out of memory, BUSY running a script,
+#: LOADING, any other error reply): this call fails, the store is not down.
+REFUSED_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE_ERRORS, redis_errors.ResponseError)
 #: Failures of the connection itself (and the stall timeout, a TimeoutError): the store is down.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     redis_errors.ConnectionError,
@@ -151,7 +154,8 @@ class Calls:
         except TRANSPORT_ERRORS as exc:
             self._down(operation, exc)
             raise StoreUnavailable("the Redis event store cannot be reached") from exc
-        except UNAVAILABLE_ERRORS as exc:
+        except REFUSED_ERRORS as exc:
+            # Also BUSY (a script runs too long), LOADING and any other error reply: refused.
             if not self._refusing:
                 self._refusing = True
                 log.warning("store.redis_refused", operation=operation, error=type(exc).__name__)

@@ -10,8 +10,12 @@ slot)::
     <prefix>:{<digest>}:fresh            string  set while the session's TTLs were refreshed lately
     <prefix>:{<digest>}:meta:<life>      hash    ``kind``, ``owner``, ``last``, ``fin`` (0/1),
                                                  creator ``auth`` binding and ``creator``
-                                                 credential digest (keyed; DESIGN D8)
+                                                 credential digest (keyed; DESIGN D8), newest
+                                                 reader ``rdr`` (DESIGN D5)
     <prefix>:{<digest>}:stream:<life>    stream  the events, entry id ``0-<offset>``
+    <prefix>:{<digest>}:lease            hash    the standalone lease: holder ``h``, epoch ``e``
+                                                 (expires unless renewed; DESIGN D5)
+    <prefix>:{<digest>}:epoch            string  the session's last lease epoch (INCR)
     <prefix>:replica:<replica id>        string  a replica's heartbeat (one key per replica)
     <prefix>:wake                        channel wake-up messages ``<digest> <life>``
 
@@ -68,6 +72,16 @@ class SessionKeys:
     def stream_prefix(self) -> str:
         """``stream(life)`` is this plus the life."""
         return f"{self.base}:stream:"
+
+    @property
+    def lease(self) -> str:
+        """The session's standalone lease (hash; expires unless renewed)."""
+        return f"{self.base}:lease"
+
+    @property
+    def epoch(self) -> str:
+        """The session's lease epoch counter (string, INCR)."""
+        return f"{self.base}:epoch"
 
     def meta(self, life: str) -> str:
         """The metadata hash of one stream life."""

@@ -35,6 +35,8 @@ SCRIPT_NAMES = (
     "stream_info",
     "watch",
     "end_orphaned",
+    "lease",
+    "claim_reader",
 )
 
 

@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import structlog
 
-from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
-from mcp_sse_gateway.store.base import ReadResult, StoredEvent, StreamInfo, StreamKind
+from mcp_sse_gateway.errors import CursorGone, LeaseLost, StoreLimitExceeded, UnknownStream
+from mcp_sse_gateway.store.base import Lease, ReadResult, StoredEvent, StreamInfo, StreamKind
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.local_cache import Refreshes
@@ -30,6 +30,8 @@ READ_MAX_BYTES = 4 * 1024 * 1024
 #: Replies of the append and read scripts.
 UNKNOWN = -1
 LOST = -2
+#: The append's lease is no longer the session's (fencing; DESIGN D5).
+LEASE_LOST = -3
 
 
 def join_datas(datas: Sequence[str]) -> str:
@@ -173,6 +175,7 @@ class StreamStore:
         events: Sequence[tuple[str, str | None]],
         *,
         pending: Sequence[str] | None = None,
+        lease: Lease | None = None,
     ) -> int:
         """Append events in order and wake their readers, atomically (one script, one wake-up).
 
@@ -183,6 +186,8 @@ class StreamStore:
                 bounded upstream by ``max_event_bytes``).
             pending: when given, replaces the stream's pending error datas in the same script
                 (the events answered requests; see :meth:`end_orphaned`).
+            lease: when given, the append is refused unless it is still the session's (the
+                same script checks it: fencing).
 
         Returns:
             The offset of the last event (the first one's is ``len(events) - 1`` less).
@@ -190,6 +195,7 @@ class StreamStore:
         Raises:
             UnknownStream: the stream life does not exist (expired, purged, or lost by Redis),
                 or events this process appended were lost (the life is then dropped).
+            LeaseLost: *lease* is no longer the session's; nothing was stored.
             StoreUnavailable: Redis cannot be reached (the events may or may not be stored).
         """
         if not events:
@@ -207,6 +213,8 @@ class StreamStore:
             token,
             "0" if pending is None else "1",
             "" if pending is None else join_datas(pending),
+            "" if lease is None else lease.holder,
+            "" if lease is None else lease.epoch,
         ]
         for data, event in events:
             args += (data, "" if event is None else "=" + event)
@@ -214,10 +222,12 @@ class StreamStore:
             offset, trimmed = await self._scripts.run(
                 "append",
                 keys,
-                [keys.meta(life), keys.stream(life)],
+                [keys.meta(life), keys.stream(life), keys.lease],
                 args,
                 refresh=self._refreshes.due(keys.digest, life),
             )
+        if offset == LEASE_LOST:
+            raise LeaseLost("the session's lease was taken over")
         if offset == LOST:
             log.error("store.stream_lost", session=keys.digest, expected_offset=expected)
             self._written.forget(keys.digest, life)
@@ -276,7 +286,7 @@ class StreamStore:
             raise UnknownStream
         if reply[0] == LOST:
             raise CursorGone
-        finished, last, flat = reply
+        finished, last, flat, reader = reply
         events = [
             StoredEvent(
                 after + 1 + index,
@@ -286,7 +296,7 @@ class StreamStore:
             for index, (data, event) in enumerate(zip(flat[::2], flat[1::2], strict=True))
         ]
         reached = events[-1].offset if events else after
-        return ReadResult(events, bool(finished) and reached >= last)
+        return ReadResult(events, bool(finished) and reached >= last, text(reader))
 
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
         """The stream life's metadata, or None when it does not exist under this session.

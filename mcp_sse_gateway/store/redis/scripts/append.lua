@@ -1,9 +1,18 @@
--- KEYS[3] meta, KEYS[4] stream. ARGV[8] life, ARGV[9] max events, ARGV[10] the writer's previous
--- offset (-1: unknown), ARGV[11] token of this append (random; the same when the call is
--- repeated), ARGV[12] new pending error datas given (1/0), ARGV[13] those datas (LF-joined),
--- ARGV[14..] the events as pairs: data, '' (no event type) or '=' followed by the event type.
--- -> {last offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events lost
+-- KEYS[3] meta, KEYS[4] stream, KEYS[5] the session's lease. ARGV[8] life, ARGV[9] max events,
+-- ARGV[10] the writer's previous offset (-1: unknown), ARGV[11] token of this append (random;
+-- the same when the call is repeated), ARGV[12] new pending error datas given (1/0), ARGV[13]
+-- those datas (LF-joined), ARGV[14] the writer's lease holder ('' for an unfenced append),
+-- ARGV[15] its epoch, ARGV[16..] the events as pairs: data, '' (no event type) or '=' followed
+-- by the event type.
+-- -> {last offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events
+-- lost; {-3, 0} the lease is no longer the writer's (fencing: nothing stored)
 local meta, stream, life = KEYS[3], KEYS[4], ARGV[8]
+if ARGV[14] ~= '' then
+  local lease = redis.call('HMGET', KEYS[5], 'h', 'e')
+  if lease[1] ~= ARGV[14] or lease[2] ~= ARGV[15] then
+    return {-3, 0}
+  end
+end
 local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base')
 if not m[1] then
   return {-1, 0}
@@ -21,7 +30,7 @@ if expected >= 0 and tonumber(m[1]) < expected then
 end
 local max_events = tonumber(ARGV[9])
 local last = 0
-for i = 14, #ARGV, 2 do
+for i = 16, #ARGV, 2 do
   local event = ARGV[i + 1]
   if event == '' then
     last = add_event(meta, stream, max_events, ARGV[i], '0', '')

@@ -1,6 +1,6 @@
 -- KEYS[3] meta, KEYS[4] stream. ARGV[8] after, ARGV[9] limit, ARGV[10] reply byte budget.
--- -> {finished (1/0), last, flat events}; {-1} unknown stream; {-2} cursor gone
-local m = redis.call('HMGET', KEYS[3], 'last', 'fin')
+-- -> {finished (1/0), last, flat events, newest reader}; {-1} unknown stream; {-2} cursor gone
+local m = redis.call('HMGET', KEYS[3], 'last', 'fin', 'rdr')
 if not m[1] then
   return {-1}
 end
@@ -36,4 +36,4 @@ while n < limit and size < budget do
     from = '(' .. entry[1]
   end
 end
-return {m[2] == '1' and 1 or 0, last, out}
+return {m[2] == '1' and 1 or 0, last, out, m[3] or ''}

@@ -1,0 +1,241 @@
+"""One session's upstream GET, pumped into its standalone stream under the session's lease (D5).
+
+The pump holds the session's lease (:class:`~mcp_sse_gateway.store.base.Lease`) for as long as
+it runs: it renews it every third of ``store.lease_ttl_s`` and appends under it (fencing), and
+stops the moment it is lost, so that one replica at a time holds the session's upstream GET.
+It releases the lease when it stops for any other reason (the session is gone, the upstream
+refuses the GET, drain), so that another replica with a client attached takes over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import structlog
+
+from mcp_sse_gateway.errors import StoreError, UpstreamError
+from mcp_sse_gateway.store.base import Lease
+from mcp_sse_gateway.streams.context import StreamContext
+from mcp_sse_gateway.streams.pump import PumpResult, run_pump
+from mcp_sse_gateway.streams.upstream import UpstreamCall, UpstreamResponse, is_event_stream
+
+log = structlog.get_logger("mcp_sse_gateway.managed")
+
+#: Longest interval between two checks that a standalone stream's session still lives, seconds.
+STANDALONE_CHECK_MAX_S = 60.0
+#: Bounds of the delay between two re-opens of a standalone stream's upstream GET, seconds.
+STANDALONE_BACKOFF_MIN_S = 0.1
+STANDALONE_BACKOFF_MAX_S = 30.0
+#: Upstream statuses after which the standalone stream is not re-opened (D5).
+STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
+
+#: How one upstream GET body ended: the session is gone, the lease is another replica's, the
+#: store lost events, or it just ended.
+BodyEnd = Literal["gone", "lease_lost", "store_lost", "ended"]
+
+
+class StandalonePump:
+    """The pump of one session's standalone stream, under *lease*.
+
+    Args:
+        ctx: the app's stream layer.
+        session_id: the session.
+        life: its standalone stream life.
+        lease: the session's lease, held by this replica.
+        latest_call: the newest client GET's call on this replica (it re-opens the upstream GET,
+            so a refreshed token is used from the next re-open on).
+    """
+
+    def __init__(
+        self,
+        ctx: StreamContext,
+        session_id: str,
+        life: str,
+        lease: Lease,
+        latest_call: Callable[[], UpstreamCall],
+    ) -> None:
+        self._ctx = ctx
+        self._session_id, self._life, self._lease = session_id, life, lease
+        self._latest_call = latest_call
+        self._renew_s = ctx.settings.store.lease_ttl_s / 3
+        self._lost = False
+
+    async def run(self, response: UpstreamResponse | None) -> None:
+        """Pump *response* (None: open the upstream GET first, a takeover) while the session lives.
+
+        Re-opens the GET (after ``retry_ms`` growing exponentially with jitter up to
+        :data:`STANDALONE_BACKOFF_MAX_S` while it fails) when the upstream closes it. Stops on
+        DELETE (tombstone), when the session's record expires (idle timeout), when the
+        upstream refuses the GET (400/401/403/404/405: the next client GET, here or on another
+        replica, tries again with its own headers), when the lease is lost, and on shutdown.
+        """
+        try:
+            await self._run(response)
+        finally:
+            if not self._lost:
+                with contextlib.suppress(StoreError):
+                    await self._ctx.store.release_lease(self._session_id, self._lease)
+
+    async def _run(self, response: UpstreamResponse | None) -> None:
+        ended: BodyEnd = "ended"
+        # A takeover opens at once; a GET the upstream closed is re-opened after retry_ms.
+        open_now = response is None
+        while True:
+            if response is not None:
+                ended = await self._run_body(response)
+                if ended in {"gone", "lease_lost"}:
+                    self._lost = ended == "lease_lost"
+                    return
+            response = await self._open_again(ended, open_now=open_now)
+            if response is None:
+                return
+            open_now = False
+
+    async def _open_again(self, ended: BodyEnd, *, open_now: bool) -> UpstreamResponse | None:
+        """Re-open the upstream GET, with backoff while it fails; None: stop for good."""
+        base_s = max(self._ctx.settings.sse.retry_ms / 1000, STANDALONE_BACKOFF_MIN_S)
+        failures = 0
+        while True:
+            if not open_now:
+                delay_s = min(base_s * 2**failures, STANDALONE_BACKOFF_MAX_S)
+                await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311
+            open_now = False
+            call = self._latest_call()
+            try:
+                if not await self._session_alive():
+                    return None
+                if not await self._ctx.store.renew_lease(
+                    self._session_id, self._lease, self._ctx.settings.store.lease_ttl_s
+                ):
+                    self._lost = True
+                    log.info("standalone.lease_lost")
+                    return None
+                await self._restart_if_lost(lost=ended == "store_lost", auth=call.auth)
+                ended = "ended"
+            except StoreError:
+                failures += 1
+                continue
+            response = await self._reopen(call)
+            if response is not None and is_event_stream(response):
+                return response
+            if response is not None:
+                response.close()
+                if response.status in STANDALONE_STOP:
+                    log.info("standalone.refused", status=response.status)
+                    return None
+            failures += 1
+
+    async def _reopen(self, call: UpstreamCall) -> UpstreamResponse | None:
+        try:
+            return await self._ctx.upstream.open("GET", call.url, call.headers, None)
+        except UpstreamError:
+            return None
+
+    async def _restart_if_lost(self, *, lost: bool, auth: str) -> None:
+        """Start the standalone life again if events were lost (outage, Redis restarted empty).
+
+        It starts after every offset it used, so the cursors clients hold get 400, not a gap.
+        *auth* binds it to the credentials that re-open its upstream GET.
+        """
+        store = self._ctx.store
+        if lost or await store.stream_info(self._session_id, self._life) is None:
+            await store.drop_stream(self._session_id, self._life)
+            await create_standalone(self._ctx, self._session_id, self._life, auth)
+
+    async def _session_alive(self) -> bool:
+        if self._ctx.registry.closing:
+            return False
+        record = await self._ctx.store.get_session(self._session_id, refresh=False)
+        return record is not None and not record.deleted
+
+    async def _run_body(self, response: UpstreamResponse) -> BodyEnd:
+        """Pump one upstream GET body, renewing the lease every third of ``lease_ttl_s``.
+
+        A watchdog checks the session every ``session_idle_ttl_s / 4`` seconds (at most a
+        minute): an upstream GET that never ends must not keep an idle session's pump alive.
+        """
+        settings = self._ctx.settings.store
+        check_s = min(settings.session_idle_ttl_s / 4, STANDALONE_CHECK_MAX_S)
+        pump = asyncio.ensure_future(
+            run_pump(
+                self._ctx.store,
+                self._session_id,
+                self._life,
+                response.chunks(),
+                request_ids=[],
+                max_event_bytes=settings.max_event_bytes,
+                finish=False,
+                lease=self._lease,
+            )
+        )
+        try:
+            stopped = await self._watch(pump, check_s)
+        finally:
+            if not pump.done():
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+            response.close()
+        if stopped is not None:
+            return stopped
+        result = None if pump.cancelled() else pump.result()
+        if result is not None and result.lease_lost:
+            return "lease_lost"
+        if result is not None and result.store_lost:
+            self._ctx.metrics.streams_store_lost.inc()
+            return "store_lost"
+        try:
+            return "ended" if await self._session_alive() else "gone"
+        except StoreError:
+            return "store_lost"
+
+    async def _watch(self, pump: asyncio.Future[PumpResult], check_s: float) -> BodyEnd | None:
+        """While *pump* runs: renew the lease, check the session; why to stop it, or None."""
+        loop = asyncio.get_running_loop()
+        next_check = loop.time() + check_s
+        while not pump.done():
+            await asyncio.wait({pump}, timeout=min(self._renew_s, check_s))
+            if pump.done():
+                break
+            if not await self._renew():
+                return "lease_lost"
+            if loop.time() >= next_check:
+                next_check = loop.time() + check_s
+                with contextlib.suppress(StoreError):  # unknown: checked again next time
+                    if not await self._session_alive():
+                        return "gone"
+        return None
+
+    async def _renew(self) -> bool:
+        """Renew the lease; False once it is lost (a store outage keeps it, unrenewed)."""
+        try:
+            renewed = await self._ctx.store.renew_lease(
+                self._session_id, self._lease, self._ctx.settings.store.lease_ttl_s
+            )
+        except StoreError:
+            return True  # cannot tell: the fenced appends refuse a write once it is lost
+        if not renewed:
+            log.info("standalone.lease_lost")
+        return renewed
+
+
+async def create_standalone(ctx: StreamContext, session_id: str, life: str, auth: str) -> None:
+    """Create (again) the session's standalone stream life (D5).
+
+    Its offsets start after the current time in microseconds: larger than any offset an earlier
+    incarnation of this life (same id) used, unless it stored more than a million events per
+    second.
+    """
+    await ctx.store.create_stream(
+        session_id,
+        life,
+        kind="standalone",
+        owner=ctx.replica_id,
+        start_after=time.time_ns() // 1000,
+        auth=auth,
+    )
