@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import structlog
@@ -53,6 +52,7 @@ from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming
 from mcp_sse_gateway.store.base import EventStore, StoredEvent
+from mcp_sse_gateway.streams.cursor import Delivered, DeliveryCursor
 from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
 from mcp_sse_gateway.streams.life import StreamLife
 from mcp_sse_gateway.streams.reader import StoreReader
@@ -73,41 +73,6 @@ OUTAGE_STORE_CHECK_S = 1.0
 _AGAIN: Final = None
 #: A step that found nothing for it to do: go to the store.
 _TO_STORE: Final = ""
-
-
-@dataclass(slots=True)
-class DeliveryCursor:
-    """Where a connection is in its stream: one position for store and feed alike.
-
-    Attributes:
-        offset: the last offset sent with an id (the starting cursor before that).
-        unstored: events sent after it without an id (lost mode: they were never stored).
-    """
-
-    offset: int
-    unstored: int = 0
-
-    @property
-    def position(self) -> int:
-        """The feed position of the next event (offset *n* is at *n* - 1)."""
-        return self.offset + self.unstored
-
-
-@dataclass(slots=True)
-class Delivered:
-    """What one connection delivered, for the canonical log line.
-
-    Attributes:
-        events: events written.
-        cursor: the last offset written (or the starting cursor).
-        ended: why the connection ended: ``finished``, ``poll``, ``replay_bound``,
-            ``store_lost``, ``finished_unstored``, ``superseded``, ``draining``,
-            ``stream_dropped``, ``error``, ``slow_reader`` or ``client_gone``.
-    """
-
-    events: int
-    cursor: int
-    ended: str = ""
 
 
 class Delivery:

@@ -14,7 +14,8 @@ from aiohttp import web
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.eras import Era
 from mcp_sse_gateway.store.base import SessionRecord, StreamInfo
-from mcp_sse_gateway.streams.delivery import Delivered, deliver
+from mcp_sse_gateway.streams.cursor import Delivered
+from mcp_sse_gateway.streams.delivery import deliver
 from mcp_sse_gateway.streams.standalone import Refused, standalone_life
 from mcp_sse_gateway.streams.upstream import UpstreamCall, stream_headers
 from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STREAMS

@@ -45,13 +45,17 @@ SSE = {"Accept": "text/event-stream"}
 
 
 @contextlib.asynccontextmanager
-async def _replica(upstream_url: str, redis_url: str, prefix: str) -> AsyncIterator[Any]:
+async def _replica(
+    upstream_url: str, redis_url: str, prefix: str, lease_ttl_s: float = LEASE_TTL_S
+) -> AsyncIterator[Any]:
     port = free_port()
     env = gateway_env(
         MCP_SSE_GATEWAY_STORE__BACKEND="redis",
         MCP_SSE_GATEWAY_STORE__REDIS_URL=redis_url,
         MCP_SSE_GATEWAY_STORE__KEY_PREFIX=prefix,
-        MCP_SSE_GATEWAY_STORE__LEASE_TTL_S=str(LEASE_TTL_S),
+        MCP_SSE_GATEWAY_STORE__LEASE_TTL_S=str(lease_ttl_s),
+        # Drain: connections closed over a quarter of this (0.5 s), then the pumps stop.
+        MCP_SSE_GATEWAY_SERVER__DRAIN_TIMEOUT_S="2",
         MCP_SSE_GATEWAY_STORE__HEARTBEAT_S="0.2",
         MCP_SSE_GATEWAY_STORE__HEARTBEAT_EXPIRY_S="1",
         MCP_SSE_GATEWAY_AUTH__DIGEST_KEY=TEST_DIGEST_KEY,
@@ -68,13 +72,15 @@ async def _replica(upstream_url: str, redis_url: str, prefix: str) -> AsyncItera
 
 
 @contextlib.asynccontextmanager
-async def _setup(private_redis: Any) -> AsyncIterator[tuple[CountingProxy, Any, Any]]:
+async def _setup(
+    private_redis: Any, lease_ttl_s: float = LEASE_TTL_S
+) -> AsyncIterator[tuple[CountingProxy, Any, Any]]:
     prefix = uuid.uuid4().hex
     async with (
         example_upstream() as upstream_url,
         CountingProxy(upstream_url).running() as proxy,
-        _replica(proxy.url, private_redis.url, prefix) as a,
-        _replica(proxy.url, private_redis.url, prefix) as b,
+        _replica(proxy.url, private_redis.url, prefix, lease_ttl_s) as a,
+        _replica(proxy.url, private_redis.url, prefix, lease_ttl_s) as b,
     ):
         yield proxy, a, b
 
@@ -190,6 +196,7 @@ async def test_a_killed_holder_is_taken_over_within_the_lease_ttl_plus_a_renewal
         killed = time.monotonic()
         await proxy.wait(lambda: len(proxy.gets(session).opened_at) == 2, DEADLINE_S)
         takeover_s = proxy.gets(session).opened_at[1] - killed
+        print(f"\ntakeover after SIGKILL: {takeover_s:.2f} s (lease TTL {LEASE_TTL_S} s)")
         assert takeover_s <= LEASE_TTL_S + RENEWAL_S + SLACK_S, f"takeover took {takeover_s:.2f} s"
         gets = proxy.gets(session)
         assert gets.most == 1
@@ -225,3 +232,32 @@ async def test_a_resume_on_another_replica_replays_from_its_cursor_then_tails_on
         await first.until(lambda: first.ended_at is not None)  # the older one was replaced
         assert proxy.gets(session).most == 1
         resumed.close()
+
+
+async def test_a_draining_holder_releases_the_lease_and_is_taken_over_before_it_expires(
+    private_redis,
+):
+    lease_ttl_s = 6.0  # long: a takeover before it could expire shows the lease was released
+    async with (
+        _setup(private_redis, lease_ttl_s) as (proxy, a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        headers = await open_session(http, a.mcp_url)
+        session = headers["Mcp-Session-Id"]
+        holder = await _get(http, a.mcp_url, headers)
+        await proxy.wait(lambda: proxy.gets(session).open == 1, DEADLINE_S)
+        stayer = await _get(http, b.mcp_url, headers)
+        await holder.until(lambda: holder.ended_at is not None)
+
+        a.send_signal(signal.SIGTERM)
+        draining = time.monotonic()
+        await proxy.wait(lambda: len(proxy.gets(session).opened_at) == 2, DEADLINE_S)
+        takeover_s = proxy.gets(session).opened_at[1] - draining
+        print(f"\ntakeover after a drain: {takeover_s:.2f} s (lease TTL {lease_ttl_s} s)")
+        # The drain's spread (0.5 s), then the release; one renewal period of the stand-by.
+        assert takeover_s <= 0.5 + lease_ttl_s / 3 + SLACK_S
+        assert proxy.gets(session).most == 1
+        await _notify(http, b.mcp_url, headers, 2, rid=2)
+        await stayer.until(lambda: len(stayer.notifications()) >= 2)
+        assert stayer.notifications() == [(2, 0), (2, 1)]
+        stayer.close()

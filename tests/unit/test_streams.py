@@ -29,7 +29,8 @@ from mcp_sse_gateway.sse import encode_retry
 from mcp_sse_gateway.store.base import ReadResult, session_digest
 from mcp_sse_gateway.store.memory import MemoryStore
 from mcp_sse_gateway.streams import StreamContext, Streams
-from mcp_sse_gateway.streams.delivery import KEEPALIVE, Delivered, deliver
+from mcp_sse_gateway.streams.cursor import Delivered
+from mcp_sse_gateway.streams.delivery import KEEPALIVE, deliver
 from mcp_sse_gateway.streams.life import Phase, StreamLife
 from mcp_sse_gateway.streams.pump import run_pump
 from mcp_sse_gateway.streams.registry import Registry
