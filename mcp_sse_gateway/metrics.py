@@ -61,6 +61,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.standalone_takeovers = Counter(
+            "mcp_sse_gateway_standalone_takeovers_total",
+            "Standalone leases taken over by this replica (the holder died, drained or was "
+            "refused by the upstream; DESIGN D5).",
+            registry=self.registry,
+        )
         self.streams_store_lost = Counter(
             "mcp_sse_gateway_streams_store_lost_total",
             "Streams whose events could no longer be stored (store outage): request streams go on "

@@ -236,8 +236,13 @@ class EventStore(Protocol):
             CursorGone: the event at ``after + 1`` was trimmed: a gap would be silent.
         """
 
-    async def wait(self, session_id: str, life: str, after: int, timeout_s: float) -> bool:
+    async def wait(
+        self, session_id: str, life: str, after: int, timeout_s: float, *, reader: str | None = None
+    ) -> bool:
         """Wait until an event after *after* is stored, the stream finished, was dropped or claimed.
+
+        With *reader* (the caller's claim), a stream already claimed by another reader is news
+        at once: a claim that landed between the caller's read and this wait is not missed.
 
         Returns:
             True when woken by one of those, False when *timeout_s* seconds passed first.

@@ -46,8 +46,8 @@ class StreamContext:
             GatewayBusy: the bound is reached.
         """
         limit = self.settings.server.max_pumps
-        standalone_pumps = self.registry.endless
-        running = standalone_pumps if standalone else self.registry.tasks - standalone_pumps
+        registry = self.registry
+        running = registry.endless if standalone else registry.request_pumps
         if running >= limit:
             kind = "standalone" if standalone else "request"
             self.metrics.rejected.labels("pumps").inc()

@@ -231,7 +231,11 @@ class Delivery:
             else:
                 stream = self._stream
                 woken = await self._store.wait(
-                    stream.session_id, stream.life, self.cursor.offset, max(wait_s, 0.0)
+                    stream.session_id,
+                    stream.life,
+                    self.cursor.offset,
+                    max(wait_s, 0.0),
+                    reader=self._claim,
                 )
         except StoreUnavailable:
             return _AGAIN  # the next read fails too, and waits for the store or the feed

@@ -100,7 +100,7 @@ class _Sink:
     life: str
     stream: StreamLife | None
     on_store_lost: Callable[[], None] | None
-    lease: Lease | None = None
+    lease: Lease | Callable[[], Lease] | None = None
 
     #: The stream's feed when the pump started, kept by the pump itself: a life retired while
     #: the pump still runs never takes it out of lost mode (no write after a gap).
@@ -117,8 +117,9 @@ class _Sink:
         stream, feed = self.stream, self.feed
         if feed is None or not feed.lost:
             try:
+                lease = self.lease() if callable(self.lease) else self.lease
                 last = await self.store.append_many(
-                    self.session_id, self.life, events, pending=pending, lease=self.lease
+                    self.session_id, self.life, events, pending=pending, lease=lease
                 )
             except StoreUnavailable:
                 if stream is None or feed is None:
@@ -164,7 +165,7 @@ async def run_pump(
     finish: bool = True,
     stream: StreamLife | None = None,
     on_store_lost: Callable[[], None] | None = None,
-    lease: Lease | None = None,
+    lease: Lease | Callable[[], Lease] | None = None,
 ) -> PumpResult:
     """Read *body* into stream *life* of the session until it ends.
 
@@ -184,8 +185,9 @@ async def run_pump(
             the store becomes unreachable the life goes on in lost mode (None: a store failure
             breaks the stream). The pump closes the feed when done.
         on_store_lost: called once when the life switches to lost mode (to retire it).
-        lease: the session's standalone lease the appends are fenced by (DESIGN D5): once
-            another replica took it over, the pump stops (``lease_lost``).
+        lease: the session's standalone lease the appends are fenced by (DESIGN D5), or a
+            callable giving the current one: once another replica took it over, the pump
+            stops (``lease_lost``).
 
     Returns:
         What was appended.

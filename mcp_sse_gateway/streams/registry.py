@@ -33,6 +33,7 @@ class Registry:
         self._lives: dict[tuple[str, str], StreamLife] = {}
         #: Tasks cancelled first on close (they never end by themselves): standalone pumps.
         self._endless: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         self.closing = False
 
     @property
@@ -45,23 +46,38 @@ class Registry:
         """Endless tasks (standalone pumps) running now, counted in :attr:`tasks` too."""
         return len(self._endless)
 
+    @property
+    def request_pumps(self) -> int:
+        """Tasks that are neither endless nor background: request pumps (and their openings)."""
+        return len(self._tasks) - len(self._endless) - len(self._background)
+
     def spawn(
-        self, coro: Coroutine[Any, Any, Any], *, name: str, endless: bool = False
+        self,
+        coro: Coroutine[Any, Any, Any],
+        *,
+        name: str,
+        endless: bool = False,
+        background: bool = False,
     ) -> asyncio.Task[Any]:
         """Run *coro* as a tracked task; it is forgotten when done and cancelled on close.
 
-        An *endless* task (one that never ends by itself) is cancelled at once on close.
+        An *endless* task (a standalone pump: it never ends by itself) is cancelled at once on
+        close. A *background* task (a stand-by, a retire) is no pump: :attr:`request_pumps`
+        does not count it.
         """
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         if endless:
             self._endless.add(task)
+        if background:
+            self._background.add(task)
         task.add_done_callback(self._done)
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         self._endless.discard(task)
+        self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("task.failed", task=task.get_name(), error=repr(task.exception()))
 

@@ -228,7 +228,7 @@ class RequestStreams:
     def _store_lost(self, stream: StreamLife) -> None:
         """The pump could not store an event: the feed carries the stream on; retire the life."""
         self._ctx.metrics.streams_store_lost.inc()
-        self._ctx.registry.spawn(self._retire(stream), name="stream.retire")
+        self._ctx.registry.spawn(self._retire(stream), name="stream.retire", background=True)
 
     async def _retire(self, stream: StreamLife) -> None:
         """Drop a stream life that has a gap from the store (so resumes get 400), then the feed.

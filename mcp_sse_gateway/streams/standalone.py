@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from mcp_sse_gateway.errors import StoreError
+from mcp_sse_gateway.errors import GatewayBusy, StoreError
 from mcp_sse_gateway.store.base import Lease, StreamInfo, session_digest
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.standalone_pump import StandalonePump, create_standalone
@@ -41,6 +41,8 @@ log = structlog.get_logger("mcp_sse_gateway.managed")
 
 
 R = TypeVar("R")
+#: A stand-by ends after this many renewal periods in a row without a reader on this replica.
+STANDBY_IDLE_TICKS = 2
 
 
 def standalone_life(session_id: str) -> str:
@@ -198,14 +200,27 @@ class StandaloneStreams:
         self.pumps[key] = task
         # On completion, not in the pump's own finally: a task cancelled before it first ran
         # (shutdown) never runs its body.
-        task.add_done_callback(lambda done: self._forget(key, done))
+        task.add_done_callback(lambda done: self._forget(session_id, life, pump, done))
 
-    def _forget(self, key: str, task: asyncio.Task[None]) -> None:
-        if self.pumps.get(key) is task:
-            del self.pumps[key]
-            if key not in self._standby:
-                self.calls.pop(key, None)
-            self._prune_lock(key)
+    def _forget(
+        self, session_id: str, life: str, pump: StandalonePump, task: asyncio.Task[None]
+    ) -> None:
+        """A pump of this replica ended: what its attached client needs next."""
+        key = session_digest(session_id)
+        if self.pumps.get(key) is not task:
+            return
+        del self.pumps[key]
+        stream = self._ctx.registry.find((key, life))
+        reader = stream.reader if stream is not None else None
+        if reader is not None and pump.stopped == "refused":
+            # The upstream refuses the GET with the credentials this replica has: the client
+            # reconnects with its own (a refreshed token), and gets the refusal relayed if any.
+            reader.stop("upstream_refused")
+        elif reader is not None and pump.stopped != "gone" and not self._ctx.registry.closing:
+            self._stand_by(session_id)  # lost or unrenewable lease: take it again once free
+        if key not in self._standby:
+            self.calls.pop(key, None)
+        self._prune_lock(key)
 
     # Standing by ----------------------------------------------------------------------------
 
@@ -214,7 +229,9 @@ class StandaloneStreams:
         key = session_digest(session_id)
         if key in self._standby:
             return
-        task = self._ctx.registry.spawn(self._standby_loop(session_id), name="standalone.standby")
+        task = self._ctx.registry.spawn(
+            self._standby_loop(session_id), name="standalone.standby", background=True
+        )
         self._standby[key] = task
         task.add_done_callback(lambda done: self._standby_done(key, done))
 
@@ -231,13 +248,20 @@ class StandaloneStreams:
         life = standalone_life(session_id)
         settings = self._ctx.settings.store
         period_s = settings.lease_ttl_s / 3
+        idle_ticks = 0
         while True:
             await asyncio.sleep(period_s * random.uniform(0.8, 1.0))  # noqa: S311 - jitter
             registry = self._ctx.registry
             if registry.closing or self.running(session_id):
                 return
             if not registry.attached((key, life)):
-                return  # nobody here needs the session's upstream GET
+                # Nobody here reads the stream (twice in a row: a GET between joining and
+                # attaching is not missed): nobody here needs the session's upstream GET.
+                idle_ticks += 1
+                if idle_ticks >= STANDBY_IDLE_TICKS:
+                    return
+                continue
+            idle_ticks = 0
             try:
                 lease = await self._ctx.store.acquire_lease(
                     session_id, self._ctx.replica_id, settings.lease_ttl_s
@@ -249,7 +273,14 @@ class StandaloneStreams:
             async with self._lock(key):
                 if self.running(session_id) or key not in self.calls:
                     return
+                try:
+                    self._ctx.check_pump_capacity(standalone=True)
+                except GatewayBusy:
+                    with contextlib.suppress(StoreError):
+                        await self._ctx.store.release_lease(session_id, lease)
+                    continue  # another replica may take it; try again next period
                 log.info("standalone.took_over", epoch=lease.epoch)
+                self._ctx.metrics.standalone_takeovers.inc()
                 self._start_pump(session_id, life, lease, None)
                 return
 

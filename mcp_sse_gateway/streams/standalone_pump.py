@@ -1,10 +1,14 @@
 """One session's upstream GET, pumped into its standalone stream under the session's lease (D5).
 
 The pump holds the session's lease (:class:`~mcp_sse_gateway.store.base.Lease`) for as long as
-it runs: it renews it every third of ``store.lease_ttl_s`` and appends under it (fencing), and
-stops the moment it is lost, so that one replica at a time holds the session's upstream GET.
-It releases the lease when it stops for any other reason (the session is gone, the upstream
-refuses the GET, drain), so that another replica with a client attached takes over at once.
+it runs. A keeper beside it renews the lease every third of ``store.lease_ttl_s``, whatever the
+pump is doing (reading, re-opening, backing off), and takes it again under a new epoch if it
+expired while nobody else took it. The pump appends under the lease (fencing) and stops, closing
+its upstream GET, the moment another replica holds it, or once no renewal succeeded for
+``lease_ttl_s`` minus one renewal period (a replica cut off from the store must not hold a GET
+another replica may have opened): one replica at a time holds the session's upstream GET. It
+releases the lease when it stops for any other reason (the session is gone, the upstream refuses
+the GET, drain), so that another replica with a client attached takes over at once.
 """
 
 from __future__ import annotations
@@ -62,8 +66,12 @@ class StandalonePump:
         self._ctx = ctx
         self._session_id, self._life, self._lease = session_id, life, lease
         self._latest_call = latest_call
-        self._renew_s = ctx.settings.store.lease_ttl_s / 3
+        self._ttl_s = ctx.settings.store.lease_ttl_s
+        self._renew_s = self._ttl_s / 3
         self._lost = False
+        #: Why the pump stopped: ``refused`` (the upstream refused the GET), ``lease_lost``,
+        #: ``gone`` (the session), else ``""``.
+        self.stopped = ""
 
     async def run(self, response: UpstreamResponse | None) -> None:
         """Pump *response* (None: open the upstream GET first, a takeover) while the session lives.
@@ -74,12 +82,57 @@ class StandalonePump:
         upstream refuses the GET (400/401/403/404/405: the next client GET, here or on another
         replica, tries again with its own headers), when the lease is lost, and on shutdown.
         """
+        work = asyncio.ensure_future(self._run(response))
+        keeper = asyncio.ensure_future(self._keep_lease())
         try:
-            await self._run(response)
+            await asyncio.wait({work, keeper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if not self._lost:
+            for task in (work, keeper):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if self._lost:
+                self.stopped = "lease_lost"
+            else:
                 with contextlib.suppress(StoreError):
                     await self._ctx.store.release_lease(self._session_id, self._lease)
+        if work.done() and not work.cancelled():
+            work.result()  # a bug in the pump is raised, not swallowed
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease every renewal period; return once it is lost (the pump then stops).
+
+        Lost: another replica holds it, or no renewal succeeded for ``lease_ttl_s`` minus one
+        renewal period (this replica cannot tell whether another took it over).
+        """
+        loop = asyncio.get_running_loop()
+        renewed_at = loop.time()
+        while True:
+            await asyncio.sleep(self._renew_s)
+            asked_at = loop.time()
+            try:
+                if await self._ctx.store.renew_lease(self._session_id, self._lease, self._ttl_s):
+                    renewed_at = asked_at
+                    continue
+                # Expired with nobody else holding it: take it again, under a new epoch.
+                again = await self._ctx.store.acquire_lease(
+                    self._session_id, self._ctx.replica_id, self._ttl_s
+                )
+            except StoreError:
+                if loop.time() - renewed_at >= self._ttl_s - self._renew_s:
+                    log.warning("standalone.lease_unrenewed", ttl_s=self._ttl_s)
+                    self._lost = True
+                    return
+                continue
+            if again is None:
+                log.info("standalone.lease_lost")
+                self._lost = True
+                return
+            self._lease, renewed_at = again, asked_at
+
+    def _current_lease(self) -> Lease:
+        return self._lease
 
     async def _run(self, response: UpstreamResponse | None) -> None:
         ended: BodyEnd = "ended"
@@ -90,6 +143,7 @@ class StandalonePump:
                 ended = await self._run_body(response)
                 if ended in {"gone", "lease_lost"}:
                     self._lost = ended == "lease_lost"
+                    self.stopped = ended
                     return
             response = await self._open_again(ended, open_now=open_now)
             if response is None:
@@ -108,12 +162,7 @@ class StandalonePump:
             call = self._latest_call()
             try:
                 if not await self._session_alive():
-                    return None
-                if not await self._ctx.store.renew_lease(
-                    self._session_id, self._lease, self._ctx.settings.store.lease_ttl_s
-                ):
-                    self._lost = True
-                    log.info("standalone.lease_lost")
+                    self.stopped = "gone"
                     return None
                 await self._restart_if_lost(lost=ended == "store_lost", auth=call.auth)
                 ended = "ended"
@@ -127,6 +176,7 @@ class StandalonePump:
                 response.close()
                 if response.status in STANDALONE_STOP:
                     log.info("standalone.refused", status=response.status)
+                    self.stopped = "refused"
                     return None
             failures += 1
 
@@ -170,7 +220,7 @@ class StandalonePump:
                 request_ids=[],
                 max_event_bytes=settings.max_event_bytes,
                 finish=False,
-                lease=self._lease,
+                lease=self._current_lease,
             )
         )
         try:
@@ -195,33 +245,15 @@ class StandalonePump:
             return "store_lost"
 
     async def _watch(self, pump: asyncio.Future[PumpResult], check_s: float) -> BodyEnd | None:
-        """While *pump* runs: renew the lease, check the session; why to stop it, or None."""
-        loop = asyncio.get_running_loop()
-        next_check = loop.time() + check_s
+        """While *pump* runs: check the session every *check_s*; why to stop it, or None."""
         while not pump.done():
-            await asyncio.wait({pump}, timeout=min(self._renew_s, check_s))
+            await asyncio.wait({pump}, timeout=check_s)
             if pump.done():
                 break
-            if not await self._renew():
-                return "lease_lost"
-            if loop.time() >= next_check:
-                next_check = loop.time() + check_s
-                with contextlib.suppress(StoreError):  # unknown: checked again next time
-                    if not await self._session_alive():
-                        return "gone"
+            with contextlib.suppress(StoreError):  # unknown: checked again next time
+                if not await self._session_alive():
+                    return "gone"
         return None
-
-    async def _renew(self) -> bool:
-        """Renew the lease; False once it is lost (a store outage keeps it, unrenewed)."""
-        try:
-            renewed = await self._ctx.store.renew_lease(
-                self._session_id, self._lease, self._ctx.settings.store.lease_ttl_s
-            )
-        except StoreError:
-            return True  # cannot tell: the fenced appends refuse a write once it is lost
-        if not renewed:
-            log.info("standalone.lease_lost")
-        return renewed
 
 
 async def create_standalone(ctx: StreamContext, session_id: str, life: str, auth: str) -> None:

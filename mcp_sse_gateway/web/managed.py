@@ -13,6 +13,7 @@ from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.eras import Era
+from mcp_sse_gateway.errors import GatewayError
 from mcp_sse_gateway.store.base import SessionRecord, StreamInfo
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import deliver
@@ -163,13 +164,21 @@ async def _join_standalone(request: web.Request, session_id: str, call: Upstream
     async def already_authorized(info: StreamInfo | None) -> None:  # noqa: ARG001
         return None
 
-    refused: Refused[None] | None = await streams.standalone.ensure(
-        session_id, call.reopen(), already_authorized
-    )
-    if refused is not None and refused.response is not None:
-        # The upstream refuses a GET with these credentials now: what is stored is still
-        # served (the resume was authorized), nothing live follows from here.
-        refused.response.close()
+    async def keep_open() -> None:
+        # In the background: the replay never waits for (or fails with) the upstream.
+        try:
+            refused: Refused[None] | None = await streams.standalone.ensure(
+                session_id, call.reopen(), already_authorized
+            )
+        except (GatewayError, OSError) as exc:
+            log.warning("standalone.open_failed", error=type(exc).__name__)
+            return
+        if refused is not None and refused.response is not None:
+            # The upstream refuses a GET with these credentials now: what is stored is still
+            # served (the resume was authorized), nothing live follows from here.
+            refused.response.close()
+
+    streams.ctx.registry.spawn(keep_open(), name="standalone.join", background=True)
     return await streams.standalone.claim(session_id, standalone_life(session_id))
 
 

@@ -102,3 +102,14 @@ async def test_a_claim_wakes_the_streams_waiters_and_reads_name_the_newest_reade
     result = await store.read("s", life, 0, 10)
     assert result.reader == "newer"
     assert result.events == []
+
+
+async def test_a_claim_before_the_wait_is_news_to_a_reader_that_names_its_own(make_store):
+    store = make_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="standalone", owner="r1")
+    await store.claim_reader("s", life, "older")
+    # The older reader read (nothing new) ... a newer connection claims ... the older waits:
+    await store.claim_reader("s", life, "newer")
+    assert await asyncio.wait_for(store.wait("s", life, 0, 10, reader="older"), 5) is True
+    assert await store.wait("s", life, 0, 0.05, reader="newer") is False

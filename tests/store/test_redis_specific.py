@@ -202,8 +202,8 @@ async def test_a_wake_up_racing_the_check_is_not_missed(make_redis_store, monkey
     check = store._has_news
     raced = []
 
-    async def racing_check(keys, life_, after, wait_s):
-        news = await check(keys, life_, after, wait_s)
+    async def racing_check(keys, life_, after, wait_s, reader):
+        news = await check(keys, life_, after, wait_s, reader)
         if not raced:  # the event lands right after the check said "nothing yet"
             raced.append(await writer.append("s", life, "a", None))
         return news

@@ -645,3 +645,37 @@ async def test_an_unforeseen_store_failure_ends_the_pump_with_the_pending_errors
     )
     assert result.broken
     assert result.pending == [9]
+
+
+async def test_the_lease_is_kept_while_the_upstream_get_is_re_opened_for_longer_than_its_ttl():
+    store = MemoryStore()
+    await store.record_session(SID, "2025-11-25")
+    first: asyncio.Queue[Any] = asyncio.Queue()
+    later: asyncio.Queue[Any] = asyncio.Queue()
+    unavailable = [
+        ScriptedResponse(status=503, content_type="text/plain", body=[b"busy"]) for _ in range(4)
+    ]
+    upstream = ScriptedUpstream().then(
+        ScriptedResponse(body=first), *unavailable, ScriptedResponse(body=later)
+    )
+    settings = _settings({"retry_ms": 100}, {"lease_ttl_s": 0.3})
+    streams = Streams(
+        StreamContext(
+            store=store,
+            upstream=upstream,
+            registry=Registry(),
+            settings=settings,
+            metrics=Metrics(),
+            replica_id="a",
+        )
+    )
+
+    async def admit(info: Any) -> None:
+        return None
+
+    assert await streams.standalone.ensure(SID, CALL, admit) is None
+    first.put_nowait(None)  # the upstream closes the GET; re-opens fail for about a second
+    await eventually(lambda: len(upstream.sent) == 6)  # the open that succeeds at last
+    assert streams.standalone.running(SID)
+    assert await store.acquire_lease(SID, "b", 30) is None  # still this replica's
+    await streams.ctx.registry.close(DEADLINE_S)

@@ -69,8 +69,12 @@ class MemoryStore(MemorySessions):
             heartbeat_expiry_s=settings.heartbeat_expiry_s,
         )
 
-    async def wait(self, session_id: str, life: str, after: int, timeout_s: float) -> bool:
-        """Wait until an event after *after* is stored, or the stream finished or was dropped.
+    async def wait(
+        self, session_id: str, life: str, after: int, timeout_s: float, *, reader: str | None = None
+    ) -> bool:
+        """Wait until an event after *after* is stored, the stream finished, dropped or claimed.
+
+        With *reader*, a stream claimed by another reader already is news at once.
 
         Returns:
             True when woken by one of those, False when *timeout_s* seconds passed first.
@@ -81,6 +85,8 @@ class MemoryStore(MemorySessions):
         except UnknownStream:
             return True
         if stream.last_offset > after or stream.finished:
+            return True
+        if reader is not None and stream.reader not in {"", reader}:
             return True
         stream.waiters += 1
         self._parked += 1

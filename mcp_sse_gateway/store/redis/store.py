@@ -61,7 +61,7 @@ from mcp_sse_gateway.store.redis.local_cache import (
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
 from mcp_sse_gateway.store.redis.sessions import SessionStore
-from mcp_sse_gateway.store.redis.streams import ms
+from mcp_sse_gateway.store.redis.streams import ms, text
 from mcp_sse_gateway.store.redis.wakeups import Wakeups
 
 log = structlog.get_logger("mcp_sse_gateway.store")
@@ -316,7 +316,9 @@ class RedisStore(SessionStore):
 
     # Waiting ----------------------------------------------------------------------------------
 
-    async def wait(self, session_id: str, life: str, after: int, timeout_s: float) -> bool:
+    async def wait(
+        self, session_id: str, life: str, after: int, timeout_s: float, *, reader: str | None = None
+    ) -> bool:
         """Wait until an event after *after* is stored, or the stream finished or was dropped.
 
         Holds no Redis connection while waiting: the process's wake-up subscription wakes it
@@ -330,6 +332,7 @@ class RedisStore(SessionStore):
             after: the reader's cursor.
             timeout_s: the longest wait, seconds (each check of the stream adds at most one
                 command round trip, bounded by the command timeout).
+            reader: the caller's claim on the stream: a newer claim is news too.
 
         Returns:
             True when woken by one of those (or by :meth:`close`), False when *timeout_s*
@@ -341,12 +344,17 @@ class RedisStore(SessionStore):
         keys = self._keys(session_id)
         return await self._wakeups.wait(
             (keys.digest, life),
-            lambda wait_s: self._has_news(keys, life, after, wait_s),
+            lambda wait_s: self._has_news(keys, life, after, wait_s, reader),
             timeout_s,
         )
 
-    async def _has_news(self, keys: SessionKeys, life: str, after: int, wait_s: float) -> bool:
-        """Whether the stream moved past *after*; else marks it watched for *wait_s* (+1 s)."""
+    async def _has_news(
+        self, keys: SessionKeys, life: str, after: int, wait_s: float, reader: str | None
+    ) -> bool:
+        """Whether the stream moved on (or another reader than *reader* claimed it).
+
+        Else it marks the stream watched for *wait_s* (+1 s).
+        """
         async with self._calls.call("wait", RUNNING):
             reply = await self._scripts.run(
                 "watch",
@@ -354,7 +362,10 @@ class RedisStore(SessionStore):
                 [keys.meta(life), keys.stream(life)],
                 [life, ms(wait_s + WATCH_MARGIN_S)],
             )
-        return reply is None or int(reply[0]) > after or bool(reply[1])
+        if reply is None or int(reply[0]) > after or bool(reply[1]):
+            return True
+        claimed = text(reply[2])
+        return reader is not None and claimed not in {"", reader}
 
     # Liveness (DESIGN D7; :mod:`~mcp_sse_gateway.store.redis.liveness`) ----------------------
 
