@@ -154,6 +154,27 @@ async def _notify(
         await response.read()
 
 
+async def _stop_holder(
+    http: aiohttp.ClientSession, proxy: CountingProxy, a: Any, b: Any, signum: int
+) -> tuple[dict[str, str], str, _Stream, float]:
+    """A's GET holds the session's upstream GET, B's client stays; stop A with *signum*.
+
+    Returns:
+        The session's headers, its id, B's stream, and the seconds from the signal until the
+        upstream saw the takeover's GET.
+    """
+    headers = await open_session(http, a.mcp_url)
+    session = headers["Mcp-Session-Id"]
+    holder = await _get(http, a.mcp_url, headers)
+    await proxy.wait(lambda: proxy.gets(session).open == 1, DEADLINE_S)
+    stayer = await _get(http, b.mcp_url, headers)
+    await holder.until(lambda: holder.ended_at is not None)
+    a.send_signal(signum)
+    stopped = time.monotonic()
+    await proxy.wait(lambda: len(proxy.gets(session).opened_at) == 2, DEADLINE_S)
+    return headers, session, stayer, proxy.gets(session).opened_at[1] - stopped
+
+
 async def test_a_newer_plain_get_on_another_replica_wins_and_the_upstream_keeps_one_get(
     private_redis,
 ):
@@ -185,17 +206,7 @@ async def test_a_killed_holder_is_taken_over_within_the_lease_ttl_plus_a_renewal
     private_redis,
 ):
     async with _setup(private_redis) as (proxy, a, b), aiohttp.ClientSession() as http:
-        headers = await open_session(http, a.mcp_url)
-        session = headers["Mcp-Session-Id"]
-        holder = await _get(http, a.mcp_url, headers)
-        await proxy.wait(lambda: proxy.gets(session).open == 1, DEADLINE_S)
-        stayer = await _get(http, b.mcp_url, headers)
-        await holder.until(lambda: holder.ended_at is not None)
-
-        a.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        await proxy.wait(lambda: len(proxy.gets(session).opened_at) == 2, DEADLINE_S)
-        takeover_s = proxy.gets(session).opened_at[1] - killed
+        headers, session, stayer, takeover_s = await _stop_holder(http, proxy, a, b, signal.SIGKILL)
         print(f"\ntakeover after SIGKILL: {takeover_s:.2f} s (lease TTL {LEASE_TTL_S} s)")
         assert takeover_s <= LEASE_TTL_S + RENEWAL_S + SLACK_S, f"takeover took {takeover_s:.2f} s"
         gets = proxy.gets(session)
@@ -242,17 +253,7 @@ async def test_a_draining_holder_releases_the_lease_and_is_taken_over_before_it_
         _setup(private_redis, lease_ttl_s) as (proxy, a, b),
         aiohttp.ClientSession() as http,
     ):
-        headers = await open_session(http, a.mcp_url)
-        session = headers["Mcp-Session-Id"]
-        holder = await _get(http, a.mcp_url, headers)
-        await proxy.wait(lambda: proxy.gets(session).open == 1, DEADLINE_S)
-        stayer = await _get(http, b.mcp_url, headers)
-        await holder.until(lambda: holder.ended_at is not None)
-
-        a.send_signal(signal.SIGTERM)
-        draining = time.monotonic()
-        await proxy.wait(lambda: len(proxy.gets(session).opened_at) == 2, DEADLINE_S)
-        takeover_s = proxy.gets(session).opened_at[1] - draining
+        headers, session, stayer, takeover_s = await _stop_holder(http, proxy, a, b, signal.SIGTERM)
         print(f"\ntakeover after a drain: {takeover_s:.2f} s (lease TTL {lease_ttl_s} s)")
         # The drain's spread (0.5 s), then the release; one renewal period of the stand-by.
         assert takeover_s <= 0.5 + lease_ttl_s / 3 + SLACK_S
