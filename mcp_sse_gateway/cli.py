@@ -23,6 +23,7 @@ import structlog
 from mcp_sse_gateway.config import Settings, load_settings
 from mcp_sse_gateway.errors import ConfigError
 from mcp_sse_gateway.logs import configure_logging
+from mcp_sse_gateway.tracing import NO_TRACING, Tracing
 
 COMMANDS = ("serve", "check-config", "healthcheck", "demo")
 EXIT_CONFIG = 2
@@ -118,8 +119,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(quiet, settings.logging.format)
         run_demo = _demo_runner()
         return 1 if run_demo is None else asyncio.run(run_demo(settings, once=args.once))
-    configure_logging(settings.logging.level, settings.logging.format)
-    return asyncio.run(_serve(settings))
+    return _serve_traced(settings)
+
+
+def _serve_traced(settings: Settings) -> int:
+    """``serve``, with tracing as the ``OTEL_*`` variables configure it (off without them).
+
+    ``mcp_sse_gateway.otel`` imports OpenTelemetry (an optional extra) only when they ask.
+    """
+    from mcp_sse_gateway.otel import tracing_from_environment
+
+    try:
+        tracing = tracing_from_environment()
+    except ConfigError as exc:
+        print(f"mcp-sse-gateway: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(settings.logging.level, settings.logging.format, tracing=tracing)
+    try:
+        return asyncio.run(_serve(settings, tracing))
+    finally:
+        tracing.shutdown()
 
 
 def _demo_runner() -> Any:
@@ -151,7 +170,7 @@ def _healthcheck(settings: Settings, *, ready: bool = False) -> int:
         return 1
 
 
-async def _serve(settings: Settings) -> int:
+async def _serve(settings: Settings, tracing: Tracing = NO_TRACING) -> int:
     from mcp_sse_gateway.server import run_gateway
     from mcp_sse_gateway.web.app import drain
 
@@ -167,7 +186,7 @@ async def _serve(settings: Settings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
     try:
-        async with run_gateway(settings) as running:
+        async with run_gateway(settings, tracing=tracing) as running:
             await stop.wait()
             log.info("shutdown.started", drain_timeout_s=settings.server.drain_timeout_s)
             await drain(running.app, force=force)

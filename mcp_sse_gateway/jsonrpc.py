@@ -51,6 +51,26 @@ def request_ids(messages: list[dict[str, Any]]) -> list[JSONRPCId]:
     ]
 
 
+#: Longer method names are not reported (they are client-controlled).
+MAX_METHOD_CHARS = 64
+
+
+def method_name(messages: list[dict[str, Any]] | None) -> str | None:
+    """The method of a lone request or notification (for a span), or None.
+
+    A batch is ``"batch"``; a response, a non-string method or one over
+    :data:`MAX_METHOD_CHARS` characters is None.
+    """
+    if not messages:
+        return None
+    if len(messages) > 1:
+        return "batch"
+    method = messages[0].get("method")
+    if isinstance(method, str) and len(method) <= MAX_METHOD_CHARS:
+        return method
+    return None
+
+
 def is_initialize(messages: list[dict[str, Any]] | None) -> bool:
     """True when the messages hold an ``initialize`` request."""
     return bool(messages) and any(m.get("method") == "initialize" for m in messages or ())

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from mcp_sse_gateway.tracing import Tracing
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -25,12 +30,16 @@ _LEVELS = {
 def configure_logging(
     level: Literal["debug", "info", "warning", "error"] = "info",
     fmt: Literal["auto", "json", "console"] = "auto",
+    *,
+    tracing: Tracing | None = None,
 ) -> None:
     """Configure structlog and the standard library's root logger (to stderr).
 
     Args:
         level: the lowest level written.
         fmt: ``json`` (one object per line), ``console``, or ``auto`` (console on a TTY).
+        tracing: when it is on, every line written inside a span carries its ``trace_id`` and
+            ``span_id``.
     """
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     shared: list[structlog.typing.Processor] = [
@@ -38,6 +47,17 @@ def configure_logging(
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    if tracing is not None and tracing.enabled:
+        ids = tracing.log_ids
+
+        def add_trace_ids(
+            _logger: object, _name: str, event: MutableMapping[str, object]
+        ) -> MutableMapping[str, object]:
+            for key, value in ids().items():
+                event.setdefault(key, value)
+            return event
+
+        shared.append(add_trace_ids)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if use_json

@@ -35,7 +35,8 @@ class Metrics:
         )
         self.rejected = Counter(
             "mcp_sse_gateway_requests_rejected_total",
-            "Requests refused before forwarding, by reason.",
+            "Requests refused before forwarding, by reason (host, origin, path, body_timeout, "
+            "capacity, buffered_bodies, pumps, store_busy, stream_limit, store_unavailable).",
             ["reason"],
             registry=self.registry,
         )
@@ -47,6 +48,37 @@ class Metrics:
         self.events_stored = Counter(
             "mcp_sse_gateway_events_stored_total",
             "Events appended to the event store by pumps (upstream messages and gateway errors).",
+            registry=self.registry,
+        )
+        self.pumps_active = Gauge(
+            "mcp_sse_gateway_pumps_active",
+            "Upstream streams this replica reads now, by kind (request: a POST's answer; "
+            "standalone: a session's GET).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.events_replayed = Counter(
+            "mcp_sse_gateway_events_replayed_total",
+            "Events written to clients from the event store (replays after Last-Event-ID, and "
+            "live events of a stream another replica writes); a subset of events delivered.",
+            registry=self.registry,
+        )
+        self.resumes = Counter(
+            "mcp_sse_gateway_resumes_total",
+            "GETs with Last-Event-ID, by outcome (served, done: nothing left, refused: not "
+            "authorized, invalid, unknown_stream, cursor_gone: 400).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.store_up = Gauge(
+            "mcp_sse_gateway_store_up",
+            "1 when this replica's last heartbeat write to the event store succeeded, else 0.",
+            registry=self.registry,
+        )
+        self.heartbeat_age_seconds = Gauge(
+            "mcp_sse_gateway_heartbeat_age_seconds",
+            "Seconds since this replica's heartbeat was last written to the event store (other "
+            "replicas take it for dead past store.heartbeat_expiry_s).",
             registry=self.registry,
         )
         self.events_delivered = Counter(

@@ -58,7 +58,12 @@ class StoreSettings(Section):
     key_prefix: str = Field(
         default="mcp-sse-gateway", min_length=1, description="Prefix of every Redis key."
     )
-    max_events_per_stream: int = Field(default=DEFAULT_MAX_EVENTS_PER_STREAM, gt=0)
+    max_events_per_stream: int = Field(
+        default=DEFAULT_MAX_EVENTS_PER_STREAM,
+        gt=0,
+        description="Events kept per stream; older ones are trimmed (a cursor before them "
+        "gets 400).",
+    )
     finished_stream_ttl_s: PositiveSeconds = Field(
         default=DEFAULT_FINISHED_STREAM_TTL_S,
         description="How long a finished stream stays replayable, seconds.",
@@ -67,7 +72,12 @@ class StoreSettings(Section):
         default=DEFAULT_SESSION_IDLE_TTL_S,
         description="A session's records expire after this long without traffic, seconds.",
     )
-    max_streams_per_session: int = Field(default=DEFAULT_MAX_STREAMS_PER_SESSION, gt=0)
+    max_streams_per_session: int = Field(
+        default=DEFAULT_MAX_STREAMS_PER_SESSION,
+        gt=0,
+        description="Streams kept per session (finished ones of the same creator are evicted "
+        "first; beyond: 503).",
+    )
     max_event_bytes: int = Field(
         default=DEFAULT_MAX_EVENT_BYTES, gt=0, description="Largest single SSE event, bytes."
     )
@@ -90,8 +100,17 @@ class StoreSettings(Section):
         "expires this long after its holder's last renewal (every third of it), seconds; "
         "another replica with a client attached then takes it over (DESIGN D5).",
     )
-    replay_batch_events: int = Field(default=DEFAULT_REPLAY_BATCH_EVENTS, gt=0)
-    replay_max_passes: int = Field(default=DEFAULT_REPLAY_MAX_PASSES, gt=0)
+    replay_batch_events: int = Field(
+        default=DEFAULT_REPLAY_BATCH_EVENTS,
+        gt=0,
+        description="A replay reads the store in batches of this many events.",
+    )
+    replay_max_passes: int = Field(
+        default=DEFAULT_REPLAY_MAX_PASSES,
+        gt=0,
+        description="Batches one connection replays before it is closed with retry (the "
+        "client resumes from there).",
+    )
     stall_timeout_s: PositiveSeconds = Field(
         default=DEFAULT_STALL_TIMEOUT_S,
         ge=MIN_STALL_TIMEOUT_S,

@@ -12,7 +12,10 @@ from mcp_sse_gateway.config.fields import Section
 class LoggingSettings(Section):
     """Log output. JSON lines in production; a readable console format on a terminal."""
 
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info",
+        description="Lowest level written ('debug' adds probes and per-connection detail).",
+    )
     format: Literal["auto", "json", "console"] = Field(
         default="auto", description="'auto': console on a TTY, JSON otherwise."
     )
@@ -21,4 +24,6 @@ class LoggingSettings(Section):
 class MetricsSettings(Section):
     """Prometheus metrics at ``/metrics``."""
 
-    enabled: bool = True
+    enabled: bool = Field(
+        default=True, description="Serve /metrics (Prometheus text format) on the listen port."
+    )

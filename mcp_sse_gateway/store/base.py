@@ -69,6 +69,8 @@ class StreamInfo:
         owner: the replica whose pump writes this stream.
         auth: the encoded :class:`~mcp_sse_gateway.auth.Binding` of the credentials that
             created it, or ``""``.
+        trace: the W3C ``traceparent`` of the request that created it (tracing on), or ``""``:
+            the span a resume on any replica links to.
     """
 
     life: str
@@ -78,6 +80,7 @@ class StreamInfo:
     finished: bool
     owner: str
     auth: str = ""
+    trace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +166,13 @@ class EventStore(Protocol):
         start_after: int = 0,
         auth: str = "",
         creator: str = "",
+        trace: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
         *auth* is the encoded binding of the creating request's credentials, read back in
-        :attr:`StreamInfo.auth`. *creator* is their digest: to make room, a new stream evicts
+        :attr:`StreamInfo.auth` (*trace*, a ``traceparent``, in :attr:`StreamInfo.trace`).
+        *creator* is their digest: to make room, a new stream evicts
         only finished streams of the same *creator* (any, when ``""``), so a request nobody
         has authorized yet cannot push another user's stored answers out.
 

@@ -12,6 +12,7 @@ from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.store.base import EventStore
 from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.upstream import Upstream
+from mcp_sse_gateway.tracing import NO_TRACING, Tracing
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
@@ -27,6 +28,7 @@ class StreamContext:
         settings: the gateway's settings.
         metrics: the gateway's metrics.
         replica_id: this replica's id: the owner recorded on the streams it pumps.
+        tracing: spans of stream lives and resumes (a no-op unless tracing is on).
     """
 
     store: EventStore
@@ -35,6 +37,7 @@ class StreamContext:
     settings: Settings
     metrics: Metrics
     replica_id: str
+    tracing: Tracing = NO_TRACING
 
     def check_pump_capacity(self, *, standalone: bool) -> None:
         """Refuse a new upstream stream beyond ``server.max_pumps`` (running ones go on).

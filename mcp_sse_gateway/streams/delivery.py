@@ -113,6 +113,8 @@ class Delivery:
         self._primes, self._resuming, self._check_owner = primes, resuming, check_owner
         self.cursor = DeliveryCursor(cursor)
         self.events = 0
+        #: Of those, events read from the store (replays, another replica's stream).
+        self.replayed = 0
         self._reader = StoreReader(store, stream.session_id, stream.life, self._batch)
         self._replaying = True
         self._full_batches = 0
@@ -195,6 +197,7 @@ class Delivery:
                 # A replay: the store reads the next batch while this one is written.
                 self._reader.prefetch(result.events[-1].offset)
             await self._write_events(result.events)
+            self.replayed += len(result.events)
         if result.finished:
             return "finished"
         if len(result.events) == self._batch:
@@ -395,6 +398,7 @@ async def deliver(
     finally:
         metrics.streams_active.dec()
         metrics.events_delivered.inc(delivery.events)
+        metrics.events_replayed.inc(delivery.replayed)
         metrics.connections_ended.labels(ended).inc()
 
 

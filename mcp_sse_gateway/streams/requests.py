@@ -15,10 +15,11 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
-from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway import jsonrpc, tracing
 from mcp_sse_gateway.errors import (
     CursorGone,
     InvalidEventId,
@@ -31,13 +32,14 @@ from mcp_sse_gateway.event_ids import Cursor, new_life, parse_event_id
 from mcp_sse_gateway.store.base import StreamInfo, session_digest
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.life import StreamLife
-from mcp_sse_gateway.streams.pump import Chunks, pending_errors, run_pump
+from mcp_sse_gateway.streams.pump import Chunks, PumpResult, pending_errors, run_pump
 from mcp_sse_gateway.streams.upstream import (
     UpstreamCall,
     UpstreamResponse,
     body_chunks,
     is_event_stream,
 )
+from mcp_sse_gateway.tracing import Attribute
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
@@ -78,13 +80,16 @@ class RequestStreams:
         call: UpstreamCall,
         body: bytes | None,
         request_ids: list[jsonrpc.JSONRPCId],
+        *,
+        method: str | None = None,
     ) -> Opened:
         """Forward a POST of a resumable session; an SSE answer becomes a managed stream.
 
         A POST carrying JSON-RPC requests gets its stream life stored before anything is
         forwarded, so the store's bounds refuse it (503) before the upstream runs anything.
         Cancelling (the client left) cancels only the wait: the upstream request goes on, and
-        an answer that is not a stream is closed unread.
+        an answer that is not a stream is closed unread. *method* (the JSON-RPC method, for
+        the stream's span) is reported when tracing is on.
 
         Returns:
             The upstream's response and, for an event stream, its stream life (being pumped).
@@ -98,12 +103,17 @@ class RequestStreams:
             # Only a request starts a pump; notifications and answers to the server's requests
             # (which running calls wait for) always go through.
             self._ctx.check_pump_capacity(standalone=False)
+        # The request's span: the stream's span and its resumes link to it.
+        origin = _Origin(self._ctx.tracing.origin(), time.time_ns(), method)
         life = (
-            await self._new_request_stream(session_id, request_ids, call) if request_ids else None
+            await self._new_request_stream(session_id, request_ids, call, origin.trace)
+            if request_ids
+            else None
         )
         opened: asyncio.Future[Opened] = asyncio.get_running_loop().create_future()
         self._ctx.registry.spawn(
-            self._start_post(session_id, call, body, request_ids, life, opened), name="post.open"
+            self._start_post(session_id, call, body, request_ids, (life, origin), opened),
+            name="post.open",
         )
         try:
             # Waiting on the future, not the task: a client that leaves cancels only the wait.
@@ -114,7 +124,11 @@ class RequestStreams:
         return opened.result()
 
     async def _new_request_stream(
-        self, session_id: str, request_ids: list[jsonrpc.JSONRPCId], call: UpstreamCall
+        self,
+        session_id: str,
+        request_ids: list[jsonrpc.JSONRPCId],
+        call: UpstreamCall,
+        trace: str,
     ) -> str:
         """Create a request stream life owned by this replica and return it.
 
@@ -133,6 +147,7 @@ class RequestStreams:
             pending=pending_errors(request_ids),
             auth=call.auth,
             creator=call.creator,
+            trace=trace,
         )
         return life
 
@@ -142,10 +157,11 @@ class RequestStreams:
         call: UpstreamCall,
         body: bytes | None,
         request_ids: list[jsonrpc.JSONRPCId],
-        life: str | None,
+        life_origin: tuple[str | None, _Origin],
         opened: asyncio.Future[Opened],
     ) -> None:
         store = self._ctx.store
+        life, origin = life_origin
         try:
             response = await self._ctx.upstream.open("POST", call.url, call.headers, body)
             if not is_event_stream(response):
@@ -157,7 +173,7 @@ class RequestStreams:
                 return
             if life is None:
                 # An event stream answering only notifications or responses: unusual, kept.
-                life = await self._new_request_stream(session_id, request_ids, call)
+                life = await self._new_request_stream(session_id, request_ids, call, origin.trace)
         except BaseException as exc:
             if life is not None:
                 with contextlib.suppress(StoreError, StreamError):
@@ -172,7 +188,28 @@ class RequestStreams:
         stream = self.stream(session_id, life)
         stream.start_feed(max_lost_events=self._ctx.settings.store.max_events_per_stream)
         opened.set_result((response, stream))
-        await self._pump(stream, response, call, request_ids)
+        attributes: dict[str, Attribute] = {
+            tracing.SESSION: session_digest(session_id)[:12],
+            tracing.LIFE: life,
+            tracing.KIND: "request",
+            "mcp.stream.requests": len(request_ids),
+        }
+        if origin.method is not None:
+            attributes[tracing.METHOD] = origin.method
+        # A root of its own, linked to the request: the pump outlives it. It starts when the
+        # upstream request did.
+        with self._ctx.tracing.span(
+            "mcp.stream",
+            attributes=attributes,
+            links=(origin.trace,),
+            detached=True,
+            start_ns=origin.started_ns,
+        ) as span:
+            result = await self._pump(stream, response, call, request_ids)
+            span.set("mcp.stream.events_stored", result.events)
+            span.set("mcp.stream.end", _end_of(result))
+            if result.broken:
+                span.fail("upstream ended before every response")
 
     async def _pump(
         self,
@@ -180,7 +217,7 @@ class RequestStreams:
         response: UpstreamResponse,
         call: UpstreamCall,
         request_ids: list[jsonrpc.JSONRPCId],
-    ) -> None:
+    ) -> PumpResult:
         """Run the pump of a request stream to its end; log the canonical line."""
         try:
             result = await run_pump(
@@ -208,6 +245,7 @@ class RequestStreams:
             broken=result.broken,
             pending=len(result.pending),
         )
+        return result
 
     def _reopener(self, call: UpstreamCall) -> Callable[[str], Awaitable[Chunks | None]]:
         """Resume a resumable upstream that closed on purpose (SEP-1699), as the client would."""
@@ -320,6 +358,22 @@ class RequestStreams:
             return ended
 
         return check
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """The request that starts a stream: its ``traceparent``, start (ns) and JSON-RPC method."""
+
+    trace: str
+    started_ns: int
+    method: str | None
+
+
+def _end_of(result: PumpResult) -> str:
+    """How a pump ended, for its span: ``finished``, ``broken`` or ``store_lost``."""
+    if result.store_lost:
+        return "store_lost"
+    return "broken" if result.broken else "finished"
 
 
 def _close_unclaimed(future: asyncio.Future[Opened]) -> None:

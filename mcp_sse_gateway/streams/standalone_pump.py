@@ -23,10 +23,11 @@ from typing import Literal
 import structlog
 
 from mcp_sse_gateway.errors import StoreError, UpstreamError
-from mcp_sse_gateway.store.base import Lease
+from mcp_sse_gateway.store.base import Lease, session_digest
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.pump import PumpResult, run_pump
 from mcp_sse_gateway.streams.upstream import UpstreamCall, UpstreamResponse, is_event_stream
+from mcp_sse_gateway.tracing import KIND, LIFE, SESSION
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
@@ -82,6 +83,26 @@ class StandalonePump:
         upstream refuses the GET (400/401/403/404/405: the next client GET, here or on another
         replica, tries again with its own headers), when the lease is lost, and on shutdown.
         """
+        # A root of its own (the session's GET stream outlives every request), linked to the
+        # request that opened or took it over.
+        with self._ctx.tracing.span(
+            "mcp.stream",
+            attributes={
+                SESSION: session_digest(self._session_id)[:12],
+                LIFE: self._life,
+                KIND: "standalone",
+                "mcp.stream.takeover": response is None,
+            },
+            links=(self._ctx.tracing.origin(),),
+            detached=True,
+        ) as span:
+            try:
+                await self._run_leased(response)
+            finally:
+                span.set("mcp.stream.end", self.stopped or "closed")
+
+    async def _run_leased(self, response: UpstreamResponse | None) -> None:
+        """:meth:`run`'s work and the lease keeper, side by side; the lease released after."""
         work = asyncio.ensure_future(self._run(response))
         keeper = asyncio.ensure_future(self._keep_lease())
         try:

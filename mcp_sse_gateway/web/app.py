@@ -20,9 +20,11 @@ from mcp_sse_gateway.errors import ConfigError, StoreError
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.store.base import EventStore
 from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.store.traced import traced_store
 from mcp_sse_gateway.streams import StreamContext, Streams
 from mcp_sse_gateway.streams.life import DRAINING
 from mcp_sse_gateway.streams.registry import Registry
+from mcp_sse_gateway.tracing import NO_TRACING, Tracing
 from mcp_sse_gateway.web import relay
 from mcp_sse_gateway.web.authz import Authorizer
 from mcp_sse_gateway.web.keys import (
@@ -34,10 +36,11 @@ from mcp_sse_gateway.web.keys import (
     STATE,
     STORE,
     STREAMS,
+    TRACING,
     UPSTREAM,
     GatewayState,
 )
-from mcp_sse_gateway.web.middleware import request_context, request_limit
+from mcp_sse_gateway.web.middleware import request_context, request_limit, request_span
 from mcp_sse_gateway.web.upstream import HttpUpstream
 
 log = structlog.get_logger("mcp_sse_gateway.app")
@@ -61,7 +64,11 @@ def _default_store(settings: Settings, metrics: Metrics) -> EventStore:
 
 
 def create_app(
-    settings: Settings, *, store: EventStore | None = None, metrics: Metrics | None = None
+    settings: Settings,
+    *,
+    store: EventStore | None = None,
+    metrics: Metrics | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> web.Application:
     """Build the gateway application.
 
@@ -69,6 +76,8 @@ def create_app(
         settings: validated settings; ``upstream.url`` must be set.
         store: event store to use instead of the one ``settings.store`` describes.
         metrics: metrics registry to use instead of a new one.
+        tracing: the tracer (:mod:`mcp_sse_gateway.otel` when the ``OTEL_*`` variables ask
+            for one); off by default.
 
     Returns:
         The application: the MCP endpoint at ``server.path``, ``/healthz``, ``/readyz``,
@@ -83,17 +92,31 @@ def create_app(
             "upstream.url is required (--upstream URL, [upstream] url, or env "
             "MCP_SSE_GATEWAY_UPSTREAM__URL)"
         )
+    # The request's span is outermost: the log line and the error mapping happen inside it.
+    middlewares = [request_span] if tracing.enabled else []
     app = web.Application(
-        middlewares=[request_context, request_limit],
+        middlewares=[*middlewares, request_context, request_limit],
         client_max_size=settings.server.max_body_bytes,
     )
     app[SETTINGS] = settings
+    app[TRACING] = tracing
     app[METRICS] = metrics if metrics is not None else Metrics()
-    app[STORE] = store if store is not None else _default_store(settings, app[METRICS])
+    app[STORE] = traced_store(
+        store if store is not None else _default_store(settings, app[METRICS]),
+        tracing,
+        settings.store.backend,
+    )
     app[REGISTRY] = Registry()
+    registry = app[REGISTRY]
+    app[METRICS].pumps_active.labels("request").set_function(lambda: registry.request_pumps)
+    app[METRICS].pumps_active.labels("standalone").set_function(lambda: registry.endless)
     app[STATE] = GatewayState(app[REGISTRY])
     app[REPLICA_ID] = secrets.token_hex(8)
-    app[UPSTREAM] = HttpUpstream(settings.upstream, app[METRICS].upstream_headers_seconds.observe)
+    app[UPSTREAM] = HttpUpstream(
+        settings.upstream,
+        app[METRICS].upstream_headers_seconds.observe,
+        trace_configs=tracing.http_client_hooks(),
+    )
     app[STREAMS] = Streams(
         StreamContext(
             store=app[STORE],
@@ -102,6 +125,7 @@ def create_app(
             settings=settings,
             metrics=app[METRICS],
             replica_id=app[REPLICA_ID],
+            tracing=tracing,
         )
     )
     digest_key = settings.auth.digest_key
@@ -181,19 +205,30 @@ async def drain(app: web.Application, *, force: asyncio.Event | None = None) -> 
 
 async def _heartbeat(app: web.Application) -> AsyncIterator[None]:
     """This replica's liveness key (DESIGN D7): written now, then every ``heartbeat_s``."""
-    store, replica = app[STORE], app[REPLICA_ID]
+    store, replica, metrics = app[STORE], app[REPLICA_ID], app[METRICS]
     period_s = app[SETTINGS].store.heartbeat_s
+    loop = asyncio.get_running_loop()
+    written_at = loop.time()
+    metrics.heartbeat_age_seconds.set_function(lambda: loop.time() - written_at)
+
+    async def write() -> bool:
+        nonlocal written_at
+        try:
+            await store.heartbeat(replica)
+        except StoreError:
+            metrics.store_up.set(0)
+            return False
+        written_at = loop.time()
+        metrics.store_up.set(1)
+        return True
 
     async def beat() -> None:
         while True:
-            try:
-                await store.heartbeat(replica)
-            except StoreError:
+            if not await write():
                 log.warning("store.heartbeat_failed")
             await asyncio.sleep(period_s)
 
-    with contextlib.suppress(StoreError):
-        await store.heartbeat(replica)
+    await write()
     task = asyncio.get_running_loop().create_task(beat(), name="replica.heartbeat")
     yield
     task.cancel()

@@ -9,10 +9,13 @@ from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.store.base import EventStore
 from mcp_sse_gateway.streams import Streams
 from mcp_sse_gateway.streams.registry import Registry
+from mcp_sse_gateway.tracing import Tracing
 from mcp_sse_gateway.web.authz import Authorizer
 from mcp_sse_gateway.web.upstream import HttpUpstream
 
 SETTINGS = web.AppKey("settings", Settings)
+#: Spans (a no-op unless the OTEL_* variables configure tracing).
+TRACING = web.AppKey("tracing", Tracing)
 STORE = web.AppKey("store", EventStore)
 METRICS = web.AppKey("metrics", Metrics)
 #: The upstream seam (aiohttp's pooled client inside, started with the app).

@@ -13,17 +13,32 @@ from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.eras import Era
-from mcp_sse_gateway.errors import GatewayError
-from mcp_sse_gateway.store.base import SessionRecord, StreamInfo
+from mcp_sse_gateway.errors import (
+    CursorGone,
+    GatewayError,
+    InvalidEventId,
+    StreamError,
+    UnknownStream,
+)
+from mcp_sse_gateway.event_ids import Cursor
+from mcp_sse_gateway.store.base import SessionRecord, StreamInfo, session_digest
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import deliver
 from mcp_sse_gateway.streams.standalone import Refused, standalone_life
 from mcp_sse_gateway.streams.upstream import UpstreamCall, stream_headers
-from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STREAMS
+from mcp_sse_gateway.tracing import KIND, LIFE, SESSION
+from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STREAMS, TRACING
 from mcp_sse_gateway.web.passthrough import relay_response
 from mcp_sse_gateway.web.sse_sink import open_sse
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
+
+#: A resume's outcome in its span when its ``Last-Event-ID`` cannot be served (400).
+RESUME_OUTCOMES: dict[type[StreamError], str] = {
+    InvalidEventId: "invalid",
+    UnknownStream: "unknown_stream",
+    CursorGone: "cursor_gone",
+}
 
 
 async def post(
@@ -34,8 +49,11 @@ async def post(
     call: UpstreamCall,
     body: bytes | None,
     request_ids: list[jsonrpc.JSONRPCId],
+    method: str | None = None,
 ) -> web.StreamResponse:
     """Forward a POST of a resumable session; an SSE answer becomes a managed stream.
+
+    *method* is the JSON-RPC method (one message) or ``"batch"``, for the stream's span.
 
     Raises:
         GatewayBusy: this replica pumps ``server.max_pumps`` streams already (503).
@@ -43,7 +61,9 @@ async def post(
         UpstreamError: the upstream failed before its response headers (502).
     """
     streams = request.app[STREAMS]
-    response, stream = await streams.requests.open_post(session_id, call, body, request_ids)
+    response, stream = await streams.requests.open_post(
+        session_id, call, body, request_ids, method=method
+    )
     if stream is None:
         async with response:
             return await relay_response(request, response)
@@ -80,14 +100,53 @@ async def resume(
         UnknownStream: no such stream life under this session.
         CursorGone: the events after the cursor were trimmed.
     """
+    with request.app[TRACING].span(
+        "mcp.resume", attributes={SESSION: session_digest(session_id)[:12]}
+    ) as span:
+        try:
+            cursor, info = await request.app[STREAMS].requests.resume_target(
+                session_id, last_event_id
+            )
+        except StreamError as exc:
+            failed = RESUME_OUTCOMES.get(type(exc), "invalid")
+            request.app[METRICS].resumes.labels(failed).inc()
+            span.set("mcp.resume.outcome", failed)
+            raise
+        span.set(LIFE, cursor.life)
+        span.set(KIND, info.kind)
+        span.set("mcp.resume.from_offset", cursor.offset)
+        if info.trace:
+            # The request that created the stream (this replica or another): a link, since
+            # this resume belongs to a later request of its own.
+            span.link(info.trace)
+        out, outcome, delivered = await _resume(
+            request, session_id, era, (cursor, info), call, record
+        )
+        request.app[METRICS].resumes.labels(outcome).inc()
+        span.set("mcp.resume.outcome", outcome)
+        if delivered is not None:
+            span.set("mcp.resume.events", delivered.events)
+            span.set("mcp.resume.ended", delivered.ended)
+        return out
+
+
+async def _resume(  # noqa: PLR0917 - the parts of resume()
+    request: web.Request,
+    session_id: str,
+    era: Era,
+    target: tuple[Cursor, StreamInfo],
+    call: UpstreamCall,
+    record: SessionRecord | None,
+) -> tuple[web.StreamResponse, str, Delivered | None]:
+    """The resume once its cursor is known: the answer, its outcome and what it delivered."""
     requests = request.app[STREAMS].requests
-    cursor, info = await requests.resume_target(session_id, last_event_id)
+    cursor, info = target
     refused = await _authorize(request, session_id, info, call, record)
     if refused is not None:
-        return refused
+        return refused, "refused", None
     if info.finished and cursor.offset >= info.last_offset:
         # 204 makes EventSource and the SDK clients stop reconnecting: nothing will follow.
-        return web.Response(status=204, headers={"Content-Type": "text/event-stream"})
+        return web.Response(status=204, headers={"Content-Type": "text/event-stream"}), "done", None
     check_owner = requests.owner_check(session_id, info)
     if check_owner is not None and not info.finished:
         await check_owner()
@@ -111,7 +170,7 @@ async def resume(
         events=delivered.events,
         ended=delivered.ended,
     )
-    return out
+    return out, "served", delivered
 
 
 async def standalone(

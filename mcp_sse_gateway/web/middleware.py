@@ -40,7 +40,8 @@ from mcp_sse_gateway.errors import (
     UpstreamTimeout,
 )
 from mcp_sse_gateway.store.base import session_digest
-from mcp_sse_gateway.web.keys import BUFFERED_BYTES, METRICS, SETTINGS, STATE
+from mcp_sse_gateway.tracing import SESSION
+from mcp_sse_gateway.web.keys import BUFFERED_BYTES, METRICS, SETTINGS, STATE, TRACING
 
 log = structlog.get_logger("mcp_sse_gateway.request")
 
@@ -66,6 +67,12 @@ STATUS_BY_ERROR: dict[type[GatewayError], tuple[int, int, str]] = {
     StoreLimitExceeded: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Too many open streams"),
     StreamError: (400, -32600, "Bad Request: Last-Event-ID cannot be resumed"),
     SessionGone: (404, -32001, "Session not found"),
+}
+#: Store refusals counted in ``requests_rejected_total``, by reason.
+_REFUSAL_REASONS: dict[type[GatewayError], str] = {
+    StoreBusy: "store_busy",
+    StoreLimitExceeded: "stream_limit",
+    StoreUnavailable: "store_unavailable",
 }
 #: Logged (never sent) when the client went away before the answer: nginx's convention.
 CLIENT_CLOSED_REQUEST = 499
@@ -127,6 +134,8 @@ async def request_context(
             if isinstance(exc, BodyTimeout):
                 # The rest of the body may still trickle in: this connection cannot be reused.
                 response.force_close()
+            if (reason := _REFUSAL_REASONS.get(type(exc))) is not None:
+                request.app[METRICS].rejected.labels(reason).inc()
             if isinstance(exc, UpstreamError):
                 request.app[METRICS].upstream_errors.labels(type(exc).__name__).inc()
                 log.warning("upstream.failed", error=type(exc).__name__, cause=repr(exc.__cause__))
@@ -149,6 +158,53 @@ async def request_context(
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
     return response
+
+
+@web.middleware
+async def request_span(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """One server span per request (tracing on only), its parent from ``traceparent``.
+
+    Probes are not traced (they come every few seconds). Attributes: method, path, status,
+    the session digest; handlers add the JSON-RPC method. Never a header value or the query.
+    """
+    if request.path in UNLIMITED_PATHS and request.method in {"GET", "HEAD"}:
+        return await handler(request)
+    method = request.method if request.method in KNOWN_METHODS else "_OTHER"
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else ""
+    session_id = request.headers.get("Mcp-Session-Id")
+    attributes: dict[str, str | int] = {
+        "http.request.method": method,
+        "url.path": request.path[:MAX_LOGGED_PATH],
+        "url.scheme": request.scheme,
+    }
+    if route:
+        attributes["http.route"] = route
+    if session_id:
+        attributes[SESSION] = session_digest(session_id)[:12]
+    with request.app[TRACING].span(
+        f"{method} {route}" if route else method,
+        kind="server",
+        attributes=attributes,
+        carrier=request.headers,
+    ) as span:
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED_REQUEST
+            raise
+        finally:
+            span.set("http.response.status_code", status)
+            if status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+                span.fail(str(status))
+        return response
 
 
 @web.middleware

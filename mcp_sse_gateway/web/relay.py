@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from http import HTTPStatus
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -44,6 +45,7 @@ from mcp_sse_gateway.headers import (
 from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
 from mcp_sse_gateway.paths import PathRole, path_role
 from mcp_sse_gateway.streams.upstream import UpstreamCall
+from mcp_sse_gateway.tracing import METHOD
 from mcp_sse_gateway.web import managed
 from mcp_sse_gateway.web.keys import (
     AUTHORIZER,
@@ -52,6 +54,7 @@ from mcp_sse_gateway.web.keys import (
     SETTINGS,
     STATE,
     STORE,
+    TRACING,
     UPSTREAM,
 )
 from mcp_sse_gateway.web.passthrough import relay_initialize_json, relay_response
@@ -202,6 +205,8 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, settings.server.max_body_bytes, settings.server.body_timeout_s)
     authorizer = request.app[AUTHORIZER]
     binding, creator = authorizer.binding(request) if session_id is not None else ("", "")
+    messages = jsonrpc.parse_messages(body) if request.method == "POST" and body else None
+    _annotate_method(request, messages)
     call = UpstreamCall(
         upstream_url_for(request, settings, mcp=True),
         _forward_headers(request, settings, mcp=True),
@@ -223,7 +228,6 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
                 request, session_id=session_id, era=era, call=call, record=record
             )
         if request.method == "POST":
-            messages = jsonrpc.parse_messages(body) if body else None
             return await managed.post(
                 request,
                 session_id=session_id,
@@ -231,8 +235,8 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
                 call=call,
                 body=body,
                 request_ids=jsonrpc.request_ids(messages or []),
+                method=jsonrpc.method_name(messages),
             )
-    messages = jsonrpc.parse_messages(body) if request.method == "POST" and body else None
     initialize = request.method == "POST" and jsonrpc.is_initialize(messages)
     response = await request.app[UPSTREAM].open(request.method, call.url, call.headers, body)
     async with response:
@@ -258,6 +262,13 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
         if initialize and response.content_type == "application/json":
             return await relay_initialize_json(request, response, settings)
         return await relay_response(request, response, record_initialize=initialize)
+
+
+def _annotate_method(request: web.Request, messages: list[dict[str, Any]] | None) -> None:
+    """The JSON-RPC method on the request's span (tracing on)."""
+    tracing = request.app[TRACING]
+    if tracing.enabled and (method := jsonrpc.method_name(messages)) is not None:
+        tracing.annotate(METHOD, method)
 
 
 async def relay_other(request: web.Request) -> web.StreamResponse:

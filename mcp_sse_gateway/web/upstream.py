@@ -30,12 +30,16 @@ from mcp_sse_gateway.errors import (
 _BODY_ERRORS = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError)
 
 
-def make_client_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
+def make_client_session(
+    settings: UpstreamSettings, trace_configs: Sequence[aiohttp.TraceConfig] = ()
+) -> aiohttp.ClientSession:
     """The pooled HTTP client used for every upstream request.
 
-    No pool cap by default (``max_connections = 0``): a cap would queue tool calls behind
-    long-running streams. Only the connect phase has a socket timeout; the wait for response
-    headers is bounded per request by :meth:`HttpUpstream.open`, and a quiet stream is never cut.
+    *trace_configs* are tracing's request hooks (a client span per request, and its
+    ``traceparent`` sent upstream). No pool cap by default (``max_connections = 0``): a cap
+    would queue tool calls behind long-running streams. Only the connect phase has a socket
+    timeout; the wait for response headers is bounded per request by :meth:`HttpUpstream.open`,
+    and a quiet stream is never cut.
     """
     connector = aiohttp.TCPConnector(
         limit=settings.max_connections,
@@ -54,6 +58,7 @@ def make_client_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
         skip_auto_headers=("Accept", "User-Agent", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
+        trace_configs=list(trace_configs) or None,
     )
 
 
@@ -123,21 +128,26 @@ class HttpUpstream:
     Args:
         settings: the ``[upstream]`` section.
         observe_headers_wait: called with each wait for response headers, seconds (a metric).
+        trace_configs: tracing's aiohttp request hooks (none when tracing is off).
 
     The pooled client exists between :meth:`start` and :meth:`close` (the app's lifetime).
     """
 
     def __init__(
-        self, settings: UpstreamSettings, observe_headers_wait: Callable[[float], None]
+        self,
+        settings: UpstreamSettings,
+        observe_headers_wait: Callable[[float], None],
+        trace_configs: Sequence[aiohttp.TraceConfig] = (),
     ) -> None:
         self._settings = settings
         self._observe = observe_headers_wait
+        self._trace_configs = tuple(trace_configs)
         self._client: aiohttp.ClientSession | None = None
 
     def start(self) -> None:
         """Create the pooled client (inside the running event loop)."""
         if self._client is None:
-            self._client = make_client_session(self._settings)
+            self._client = make_client_session(self._settings, self._trace_configs)
 
     async def close(self) -> None:
         """Close the pooled client and every connection in it."""

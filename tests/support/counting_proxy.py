@@ -43,6 +43,8 @@ class CountingProxy:
     def __init__(self, upstream_url: str) -> None:
         self._upstream = upstream_url
         self.sessions: dict[str, SessionGets] = {}
+        #: Every request relayed: its method and headers (names lower-cased), in order.
+        self.requests: list[tuple[str, dict[str, str]]] = []
         self.url = ""
         self._changed = asyncio.Event()
 
@@ -85,6 +87,7 @@ class CountingProxy:
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         target = URL(self._upstream).with_path(request.path).with_query(request.query)
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
+        self.requests.append((request.method, {k.lower(): v for k, v in headers}))
         body = await request.read() if request.can_read_body else None
         session_id = request.headers.get("Mcp-Session-Id")
         counted = request.method == "GET" and session_id is not None

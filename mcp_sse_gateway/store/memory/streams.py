@@ -62,6 +62,7 @@ class Stream:
     pending: tuple[str, ...] = ()
     auth: str = ""
     creator: str = ""
+    trace: str = ""
     #: The newest connection that claimed the stream (DESIGN D5), ``""`` for none.
     reader: str = ""
 
@@ -75,6 +76,7 @@ class Stream:
             finished=self.finished,
             owner=self.owner,
             auth=self.auth,
+            trace=self.trace,
         )
 
     def wake(self) -> None:
@@ -190,6 +192,7 @@ class MemoryStreams:
         start_after: int = 0,
         auth: str = "",
         creator: str = "",
+        trace: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -224,6 +227,7 @@ class MemoryStreams:
             last_offset=start_after,
             auth=auth,
             creator=creator,
+            trace=trace,
         )
         self._stream_touched[key] = now
 

@@ -112,6 +112,7 @@ class StreamStore:
         start_after: int = 0,
         auth: str = "",
         creator: str = "",
+        trace: str = "",
     ) -> None:
         """Store a new stream life's metadata (before its priming event leaves).
 
@@ -127,6 +128,7 @@ class StreamStore:
             auth: the encoded binding of the creating request's credentials (no secret).
             creator: their digest: only finished streams of the same creator are evicted to
                 make room (any, when ``""``).
+            trace: the creating request's ``traceparent`` (tracing on), or ``""``.
 
         Raises:
             StoreLimitExceeded: the session already holds ``max_streams_per_session``
@@ -149,6 +151,7 @@ class StreamStore:
                     start_after,
                     auth,
                     creator,
+                    trace,
                 ],
             )
         if not created:
@@ -314,7 +317,7 @@ class StreamStore:
             )
         if reply is None:
             return None
-        kind, owner, last, finished, stored, binding = reply
+        kind, owner, last, finished, stored, binding, trace = reply
         return StreamInfo(
             life=life,
             kind=cast("StreamKind", text(kind)),
@@ -323,4 +326,5 @@ class StreamStore:
             finished=bool(finished),
             owner=text(owner),
             auth=text(binding),
+            trace=text(trace),
         )

@@ -1,7 +1,8 @@
 -- KEYS[3] meta, KEYS[4] stream. ARGV[8] life, ARGV[9] kind, ARGV[10] owner,
 -- ARGV[11] max streams per session, ARGV[12] pending error datas (LF-joined; JSON has no raw LF),
 -- ARGV[13] the offset the stream starts after, ARGV[14] the creator's binding (keyed digests),
--- ARGV[15] the creator's credential digest ('' : may evict any finished stream).
+-- ARGV[15] the creator's credential digest ('' : may evict any finished stream),
+-- ARGV[16] the creating request's traceparent ('' without tracing).
 -- -> 1 created, 0 limit reached
 local life = ARGV[8]
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -37,6 +38,9 @@ if redis.call('LLEN', INDEX) >= tonumber(ARGV[11]) then
 end
 redis.call('HSET', KEYS[3], 'kind', ARGV[9], 'owner', ARGV[10], 'last', ARGV[13],
   'base', ARGV[13], 'fin', '0', 'pend', ARGV[12], 'auth', ARGV[14], 'creator', ARGV[15])
+if ARGV[16] ~= '' then
+  redis.call('HSET', KEYS[3], 'trace', ARGV[16])
+end
 redis.call('PEXPIRE', KEYS[3], KEEP_MS)
 redis.call('RPUSH', INDEX, life)
 touch_session()

@@ -1,6 +1,6 @@
 -- KEYS[3] meta, KEYS[4] stream.
--- -> {kind, owner, last, finished (1/0), stored events, binding} or nil
-local m = redis.call('HMGET', KEYS[3], 'kind', 'owner', 'last', 'fin', 'auth')
+-- -> {kind, owner, last, finished (1/0), stored events, binding, traceparent} or nil
+local m = redis.call('HMGET', KEYS[3], 'kind', 'owner', 'last', 'fin', 'auth', 'trace')
 if not m[3] then
   return false
 end
@@ -9,4 +9,4 @@ if m[4] ~= '1' then
 end
 touch_session()
 return {m[1], m[2], tonumber(m[3]), m[4] == '1' and 1 or 0, redis.call('XLEN', KEYS[4]),
-  m[5] or ''}
+  m[5] or '', m[6] or ''}
