@@ -59,8 +59,8 @@ class Metrics:
         )
         self.events_replayed = Counter(
             "mcp_sse_gateway_events_replayed_total",
-            "Events written to clients from the event store (replays after Last-Event-ID, and "
-            "live events of a stream another replica writes); a subset of events delivered.",
+            "Events written to resumed connections (GET + Last-Event-ID) that were stored before "
+            "the resume arrived: what clients missed; a subset of events delivered.",
             registry=self.registry,
         )
         self.resumes = Counter(

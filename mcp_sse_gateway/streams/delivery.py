@@ -87,6 +87,8 @@ class Delivery:
         primes: the session's era opens with a priming event and may close on purpose.
         resuming: a resume (GET + ``Last-Event-ID``): it replays what is stored before a
             polling close, and ``poll_after_ms = 0`` does not close it on purpose at all.
+        replay_until: the stream's last offset when the resume arrived: events up to it are
+            what the client missed (counted as replayed).
         check_owner: called every ``store.heartbeat_s`` while the stream is idle: ends the
             stream if its owner replica died (the stream is then finished with errors).
         reader: this connection's claim on the stream (a standalone stream, D5): once a read
@@ -103,6 +105,7 @@ class Delivery:
         cursor: int,
         primes: bool,
         resuming: bool = False,
+        replay_until: int = 0,
         check_owner: Callable[[], Awaitable[object]] | None = None,
         reader: str | None = None,
     ) -> None:
@@ -113,8 +116,7 @@ class Delivery:
         self._primes, self._resuming, self._check_owner = primes, resuming, check_owner
         self.cursor = DeliveryCursor(cursor)
         self.events = 0
-        #: Of those, events read from the store (replays, another replica's stream).
-        self.replayed = 0
+        self._start, self._replay_until = cursor, replay_until
         self._reader = StoreReader(store, stream.session_id, stream.life, self._batch)
         self._replaying = True
         self._full_batches = 0
@@ -197,7 +199,6 @@ class Delivery:
                 # A replay: the store reads the next batch while this one is written.
                 self._reader.prefetch(result.events[-1].offset)
             await self._write_events(result.events)
-            self.replayed += len(result.events)
         if result.finished:
             return "finished"
         if len(result.events) == self._batch:
@@ -292,6 +293,11 @@ class Delivery:
                 min(next_store_check, next_keepalive) - loop.time(), since=seen
             )
 
+    @property
+    def replayed(self) -> int:
+        """Events delivered that were stored before the connection attached (a resume's)."""
+        return max(0, min(self.cursor.offset, self._replay_until) - self._start)
+
     def _due(self) -> bool:
         return self._close_at is not None and time.monotonic() >= self._close_at
 
@@ -338,6 +344,7 @@ async def deliver(
     cursor: int,
     primes: bool,
     resuming: bool = False,
+    replay_until: int = 0,
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
 ) -> Delivered:
@@ -360,6 +367,7 @@ async def deliver(
         cursor=cursor,
         primes=primes,
         resuming=resuming,
+        replay_until=replay_until,
         check_owner=check_owner,
         reader=reader,
     )

@@ -160,6 +160,7 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
         cursor=cursor.offset,
         primes=era.primes,
         resuming=True,
+        replay_until=info.last_offset,
         check_owner=check_owner,
         reader=reader,
     )
@@ -271,6 +272,7 @@ async def _deliver(
     cursor: int,
     primes: bool,
     resuming: bool = False,
+    replay_until: int = 0,
     headers: dict[str, str] | None = None,
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
@@ -291,6 +293,7 @@ async def _deliver(
         cursor=cursor,
         primes=primes,
         resuming=resuming,
+        replay_until=replay_until,
         check_owner=check_owner,
         reader=reader,
     )
