@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import signal
 from typing import Any
 
@@ -79,7 +80,12 @@ def _index(message: dict[str, Any]) -> int | None:
 
 async def play_client(mcp_url: str) -> bool:
     """Run a tool call, drop it mid-way, resume it; True when nothing was lost or repeated."""
-    accept = {"Accept": "application/json, text/event-stream"}
+    # Credentials as a real client sends them (the example server accepts any): the resume is
+    # then the creator's own, served without asking the upstream (DESIGN D8).
+    accept = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer demo-{secrets.token_hex(8)}",
+    }
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=STEP_TIMEOUT_S)) as http:
         init = await http.post(
             mcp_url,

@@ -39,3 +39,12 @@ def test_the_example_sets_each_key_it_names_to_its_default():
             if (section, key) in EXAMPLE_OVERRIDES:
                 continue
             assert value == defaults[section][key], f"{section}.{key}"
+
+
+def test_the_operations_guide_names_every_metric():
+    from mcp_sse_gateway.metrics import Metrics
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    for family in Metrics().registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert f"`{name}`" in text, name
