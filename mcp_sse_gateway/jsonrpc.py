@@ -17,6 +17,9 @@ JSONRPCId = str | int
 UPSTREAM_UNAVAILABLE = -32002
 #: The upstream request ended before its JSON-RPC response arrived (stream broken, replica died).
 UPSTREAM_STREAM_BROKEN = -32003
+#: An upgraded JSON answer (``sse.upgrade_json``) was not a 2xx JSON-RPC response, and the
+#: client already had its 200 stream: the error's ``data`` carries the upstream's HTTP status.
+UPSTREAM_HTTP_ERROR = -32004
 
 
 def parse_messages(body: bytes | str) -> list[dict[str, Any]] | None:

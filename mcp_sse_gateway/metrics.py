@@ -70,6 +70,14 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.json_upgrades = Counter(
+            "mcp_sse_gateway_json_upgrades_total",
+            "Tool calls whose JSON answer became a resumable SSE stream (sse.upgrade_json), by "
+            "when the client got its stream: in_time (the upstream answered 2xx JSON within "
+            "sse.upgrade_wait_ms) or late (before the upstream answered).",
+            ["when"],
+            registry=self.registry,
+        )
         self.store_up = Gauge(
             "mcp_sse_gateway_store_up",
             "1 when this replica's last heartbeat write to the event store succeeded, else 0.",

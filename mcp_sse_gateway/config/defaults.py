@@ -41,6 +41,11 @@ MIN_STALL_TIMEOUT_S = 0.1
 #: Redis store: see ``StoreSettings.max_queued_calls``.
 DEFAULT_MAX_QUEUED_CALLS = 10_000
 DEFAULT_SLOW_READER_CUT_S = 10.0
+#: How long an upgraded JSON POST waits for the upstream's status before the client gets its
+#: 200 SSE stream: long enough for an authorization layer's 401/403 (a token check, even one
+#: that asks an identity provider) to be relayed as it is, so the client's OAuth flow starts;
+#: far below any idle timeout (60 s and up), so the keepalives that follow still arrive in time.
+DEFAULT_UPGRADE_WAIT_MS = 2000
 #: Names a browser on this machine can reach the gateway by; anything else is DNS rebinding.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 DEFAULT_ALLOWED_ORIGINS = (

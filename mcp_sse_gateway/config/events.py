@@ -28,6 +28,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_SESSION_IDLE_TTL_S,
     DEFAULT_SLOW_READER_CUT_S,
     DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_UPGRADE_WAIT_MS,
     MIN_LEASE_TTL_S,
     MIN_STALL_TIMEOUT_S,
 )
@@ -168,4 +169,19 @@ class SSESettings(Section):
     slow_reader_cut_s: PositiveSeconds = Field(
         default=DEFAULT_SLOW_READER_CUT_S,
         description="A client this far behind the live end is cut (it resumes), seconds.",
+    )
+    upgrade_json: bool = Field(
+        default=False,
+        description="Answer a tool call (a POST of one JSON-RPC request on a resumable session, "
+        "from a client that accepts SSE) with a resumable SSE stream even when the upstream "
+        "answers JSON: keepalives cross idle timeouts and a dropped connection resumes. Off by "
+        "default: it changes the response type clients see.",
+    )
+    upgrade_wait_ms: int = Field(
+        default=DEFAULT_UPGRADE_WAIT_MS,
+        ge=0,
+        description="With upgrade_json: how long the gateway waits for the upstream's status "
+        "before it commits to the 200 SSE answer, milliseconds. A non-2xx within it is relayed "
+        "as it is; after it, each pending request gets a JSON-RPC error event instead (a 401 "
+        "that late cannot start the client's OAuth flow).",
     )

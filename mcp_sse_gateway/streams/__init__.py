@@ -10,8 +10,9 @@ Everything a managed stream is, independent of how clients and the upstream are 
   its one reader; every background task;
 * :mod:`~mcp_sse_gateway.streams.delivery`: the state machine writing one stream to one client
   sink (an SSE response in production);
-* :mod:`~mcp_sse_gateway.streams.requests`, :mod:`~mcp_sse_gateway.streams.standalone`: POST
-  streams and resumes, the session's standalone GET stream.
+* :mod:`~mcp_sse_gateway.streams.requests`, :mod:`~mcp_sse_gateway.streams.resumes`,
+  :mod:`~mcp_sse_gateway.streams.standalone`: POST streams (:mod:`.upgrade`: JSON answers as
+  streams), resumes, the session's standalone GET stream.
 
 It imports neither aiohttp nor redis (checked by import-linter in CI); ``web/`` depends on it,
 never the reverse. See docs/architecture.md.
@@ -21,16 +22,18 @@ from __future__ import annotations
 
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.requests import RequestStreams
+from mcp_sse_gateway.streams.resumes import Resumes
 from mcp_sse_gateway.streams.standalone import StandaloneStreams
 
 
 class Streams:
-    """The stream layer of one app: request streams and standalone streams on one context."""
+    """The stream layer of one app: request streams, resumes and standalone streams."""
 
     def __init__(self, ctx: StreamContext) -> None:
         self.ctx = ctx
         self.requests = RequestStreams(ctx)
+        self.resumes = Resumes(ctx)
         self.standalone = StandaloneStreams(ctx)
 
 
-__all__ = ["RequestStreams", "StandaloneStreams", "StreamContext", "Streams"]
+__all__ = ["RequestStreams", "Resumes", "StandaloneStreams", "StreamContext", "Streams"]

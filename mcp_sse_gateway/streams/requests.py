@@ -21,18 +21,22 @@ import structlog
 
 from mcp_sse_gateway import jsonrpc, tracing
 from mcp_sse_gateway.errors import (
-    CursorGone,
-    InvalidEventId,
     StoreError,
     StreamError,
-    UnknownStream,
     UpstreamError,
 )
-from mcp_sse_gateway.event_ids import Cursor, new_life, parse_event_id
-from mcp_sse_gateway.store.base import StreamInfo, session_digest
+from mcp_sse_gateway.event_ids import new_life
+from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.life import StreamLife
 from mcp_sse_gateway.streams.pump import Chunks, PumpResult, pending_errors, run_pump
+from mcp_sse_gateway.streams.upgrade import (
+    Upgrade,
+    json_as_events,
+    late_body,
+    no_body,
+    upgradable,
+)
 from mcp_sse_gateway.streams.upstream import (
     UpstreamCall,
     UpstreamResponse,
@@ -47,12 +51,10 @@ log = structlog.get_logger("mcp_sse_gateway.managed")
 RETIRE_BACKOFF_S = (0.25, 5.0)
 #: A retired life's feed is kept this long for its reader to drain it, seconds.
 FEED_GRACE_S = 60.0
-#: Replicas whose liveness is remembered at once (each entry lives a fraction of a second).
-MAX_KNOWN_OWNERS = 4096
 
 #: What opening a POST gives: the upstream's response, and the stream life it feeds (None when
 #: the answer is not an event stream: it is relayed as it is).
-Opened = tuple[UpstreamResponse, StreamLife | None]
+Opened = tuple[UpstreamResponse | None, StreamLife | None]
 
 
 class RequestStreams:
@@ -64,9 +66,6 @@ class RequestStreams:
 
     def __init__(self, ctx: StreamContext) -> None:
         self._ctx = ctx
-        #: Other replicas seen alive lately: replica id → monotonic time until which that holds
-        #: (shared by every reader of their streams on this replica).
-        self._owners_alive_until: dict[str, float] = {}
 
     def stream(self, session_id: str, life: str) -> StreamLife:
         """The stream life *life* of the session in this process (for a connection to read)."""
@@ -82,6 +81,7 @@ class RequestStreams:
         request_ids: list[jsonrpc.JSONRPCId],
         *,
         method: str | None = None,
+        upgrade_wait_s: float | None = None,
     ) -> Opened:
         """Forward a POST of a resumable session; an SSE answer becomes a managed stream.
 
@@ -91,8 +91,15 @@ class RequestStreams:
         an answer that is not a stream is closed unread. *method* (the JSON-RPC method, for
         the stream's span) is reported when tracing is on.
 
+        With *upgrade_wait_s* (``sse.upgrade_json``, a POST of requests), a 2xx JSON answer
+        becomes the stream's one event too (:mod:`.upgrade`), and an upstream that has not
+        answered within *upgrade_wait_s* seconds is not waited for: the stream is returned at
+        once, without a response, and whatever the upstream answers later reaches the client
+        through it.
+
         Returns:
-            The upstream's response and, for an event stream, its stream life (being pumped).
+            The upstream's response (None when the stream was returned before it) and, for an
+            event stream or an upgraded answer, its stream life (being pumped).
 
         Raises:
             GatewayBusy: this replica pumps ``server.max_pumps`` streams already (503).
@@ -110,18 +117,29 @@ class RequestStreams:
             if request_ids
             else None
         )
+        upgrade = Upgrade() if upgrade_wait_s is not None and life is not None else None
+        post = _Post(session_id, call, body, request_ids, life, origin, upgrade)
         opened: asyncio.Future[Opened] = asyncio.get_running_loop().create_future()
-        self._ctx.registry.spawn(
-            self._start_post(session_id, call, body, request_ids, (life, origin), opened),
-            name="post.open",
-        )
+        self._ctx.registry.spawn(self._start_post(post, opened), name="post.open")
         try:
             # Waiting on the future, not the task: a client that leaves cancels only the wait.
-            await asyncio.wait({opened})
+            await asyncio.wait({opened}, timeout=upgrade_wait_s if upgrade else None)
         except asyncio.CancelledError:
             opened.add_done_callback(_close_unclaimed)
             raise
+        if upgrade is not None and life is not None and not upgrade.answered:
+            # The upstream is slow to answer: the client gets its stream now (keepalives cross
+            # idle timeouts), and the answer will come through it.
+            upgrade.committed = True
+            self._ctx.metrics.json_upgrades.labels("late").inc()
+            return None, self._new_feed(session_id, life)
         return opened.result()
+
+    def _new_feed(self, session_id: str, life: str) -> StreamLife:
+        """The stream life, with a feed its first reader takes the live tail from (memory)."""
+        stream = self.stream(session_id, life)
+        stream.start_feed(max_lost_events=self._ctx.settings.store.max_events_per_stream)
+        return stream
 
     async def _new_request_stream(
         self,
@@ -151,89 +169,127 @@ class RequestStreams:
         )
         return life
 
-    async def _start_post(  # noqa: PLR0917 - the task body of open_post
-        self,
-        session_id: str,
-        call: UpstreamCall,
-        body: bytes | None,
-        request_ids: list[jsonrpc.JSONRPCId],
-        life_origin: tuple[str | None, _Origin],
-        opened: asyncio.Future[Opened],
-    ) -> None:
-        store = self._ctx.store
-        life, origin = life_origin
+    async def _start_post(self, post: _Post, opened: asyncio.Future[Opened]) -> None:
+        """The task of one POST: the upstream request, then its pump when there is a stream."""
         try:
-            response = await self._ctx.upstream.open("POST", call.url, call.headers, body)
-            if not is_event_stream(response):
-                if life is not None:
-                    # Best effort: the answer must reach the client (the life expires anyway).
-                    with contextlib.suppress(StoreError, StreamError):
-                        await store.drop_stream(session_id, life)
-                opened.set_result((response, None))
-                return
-            if life is None:
-                # An event stream answering only notifications or responses: unusual, kept.
-                life = await self._new_request_stream(session_id, request_ids, call, origin.trace)
+            response = await self._ctx.upstream.open(
+                "POST", post.call.url, post.call.headers, post.body
+            )
         except BaseException as exc:
-            if life is not None:
-                with contextlib.suppress(StoreError, StreamError):
-                    await store.drop_stream(session_id, life)
-            if not opened.done():
-                opened.set_exception(exc)
+            await self._open_failed(post, opened, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        # The feed exists before the client's connection attaches: it reads the live tail
-        # from memory from its first event on.
-        stream = self.stream(session_id, life)
-        stream.start_feed(max_lost_events=self._ctx.settings.store.max_events_per_stream)
+        upgrade = post.upgrade
+        if upgrade is not None:
+            upgrade.answered = True  # before any await: the client's wait sees it at once
+            if upgrade.committed and post.life is not None:
+                stream = self.stream(post.session_id, post.life)
+                late = late_body(response, post.request_ids)
+                await self._run_pump(stream, response, late, post, is_event_stream(response))
+                return
+        chunks = await self._chunks_to_pump(post, response, opened)
+        if chunks is None or post.life is None:
+            return
+        stream = self._new_feed(post.session_id, post.life)
         opened.set_result((response, stream))
+        await self._run_pump(stream, response, chunks, post, is_event_stream(response))
+
+    async def _open_failed(
+        self, post: _Post, opened: asyncio.Future[Opened], exc: BaseException
+    ) -> None:
+        """The upstream request failed before its headers: 502, or errors on a committed stream."""
+        upgrade = post.upgrade
+        if upgrade is not None:
+            upgrade.answered = True
+            if upgrade.committed and post.life is not None and isinstance(exc, Exception):
+                # The client has its stream: the pending requests get their errors there.
+                stream = self.stream(post.session_id, post.life)
+                await self._run_pump(stream, None, no_body(), post, reopens=False)
+                return
+        if post.life is not None:
+            with contextlib.suppress(StoreError, StreamError):
+                await self._ctx.store.drop_stream(post.session_id, post.life)
+        if not opened.done():
+            opened.set_exception(exc)
+
+    async def _chunks_to_pump(
+        self, post: _Post, response: UpstreamResponse, opened: asyncio.Future[Opened]
+    ) -> Chunks | None:
+        """What the pump reads of *response*; None when it is relayed as it is instead."""
+        if is_event_stream(response):
+            if post.life is None:
+                # An event stream answering only notifications or responses: unusual, kept.
+                try:
+                    post.life = await self._new_request_stream(
+                        post.session_id, post.request_ids, post.call, post.origin.trace
+                    )
+                except BaseException as exc:
+                    response.close()
+                    opened.set_exception(exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    return None
+            return response.chunks()
+        if post.upgrade is not None and upgradable(response):
+            self._ctx.metrics.json_upgrades.labels("in_time").inc()
+            return json_as_events(response)
+        opened.set_result((response, None))
+        if post.life is not None:
+            # Best effort: the answer reaches the client anyway (the life expires).
+            with contextlib.suppress(StoreError, StreamError):
+                await self._ctx.store.drop_stream(post.session_id, post.life)
+        return None
+
+    async def _run_pump(
+        self,
+        stream: StreamLife,
+        response: UpstreamResponse | None,
+        chunks: Chunks,
+        post: _Post,
+        reopens: bool,
+    ) -> None:
+        """Pump *chunks* into *stream* to the end, in the stream's span; log the canonical line.
+
+        With *reopens*, an SSE upstream that closes on purpose is re-opened (SEP-1699).
+        """
         attributes: dict[str, Attribute] = {
-            tracing.SESSION: session_digest(session_id)[:12],
-            tracing.LIFE: life,
+            tracing.SESSION: session_digest(stream.session_id)[:12],
+            tracing.LIFE: stream.life,
             tracing.KIND: "request",
-            "mcp.stream.requests": len(request_ids),
+            "mcp.stream.requests": len(post.request_ids),
         }
-        if origin.method is not None:
-            attributes[tracing.METHOD] = origin.method
+        if post.origin.method is not None:
+            attributes[tracing.METHOD] = post.origin.method
         # A root of its own, linked to the request: the pump outlives it. It starts when the
         # upstream request did.
         with self._ctx.tracing.span(
             "mcp.stream",
             attributes=attributes,
-            links=(origin.trace,),
+            links=(post.origin.trace,),
             detached=True,
-            start_ns=origin.started_ns,
+            start_ns=post.origin.started_ns,
         ) as span:
-            result = await self._pump(stream, response, call, request_ids)
+            try:
+                result = await run_pump(
+                    self._ctx.store,
+                    stream.session_id,
+                    stream.life,
+                    chunks,
+                    request_ids=post.request_ids,
+                    max_event_bytes=self._ctx.settings.store.max_event_bytes,
+                    reopen=self._reopener(post.call) if reopens else None,
+                    stream=stream,
+                    on_store_lost=lambda: self._store_lost(stream),
+                )
+            finally:
+                if response is not None:
+                    response.close()
+                self._ctx.registry.release(stream)
             span.set("mcp.stream.events_stored", result.events)
             span.set("mcp.stream.end", _end_of(result))
             if result.broken:
                 span.fail("upstream ended before every response")
-
-    async def _pump(
-        self,
-        stream: StreamLife,
-        response: UpstreamResponse,
-        call: UpstreamCall,
-        request_ids: list[jsonrpc.JSONRPCId],
-    ) -> PumpResult:
-        """Run the pump of a request stream to its end; log the canonical line."""
-        try:
-            result = await run_pump(
-                self._ctx.store,
-                stream.session_id,
-                stream.life,
-                response.chunks(),
-                request_ids=request_ids,
-                max_event_bytes=self._ctx.settings.store.max_event_bytes,
-                reopen=self._reopener(call),
-                stream=stream,
-                on_store_lost=lambda: self._store_lost(stream),
-            )
-        finally:
-            response.close()
-            self._ctx.registry.release(stream)
         metrics = self._ctx.metrics
         metrics.events_stored.inc(result.events)
         if result.broken:
@@ -245,7 +301,6 @@ class RequestStreams:
             broken=result.broken,
             pending=len(result.pending),
         )
-        return result
 
     def _reopener(self, call: UpstreamCall) -> Callable[[str], Awaitable[Chunks | None]]:
         """Resume a resumable upstream that closed on purpose (SEP-1699), as the client would."""
@@ -298,66 +353,18 @@ class RequestStreams:
             stream.retire()
             self._ctx.registry.release(stream)
 
-    # Resume ---------------------------------------------------------------------------------
 
-    async def resume_target(self, session_id: str, last_event_id: str) -> tuple[Cursor, StreamInfo]:
-        """The cursor a ``Last-Event-ID`` names and its stream's metadata (D6).
+@dataclass(slots=True)
+class _Post:
+    """One POST being forwarded: what the task of :meth:`RequestStreams.open_post` needs."""
 
-        Raises:
-            InvalidEventId: malformed, or an offset this stream never reached.
-            UnknownStream: no such stream life under this session.
-            CursorGone: the events after the cursor were trimmed.
-            StoreUnavailable: the store cannot be asked.
-        """
-        cursor = parse_event_id(last_event_id)
-        if cursor is None:
-            raise InvalidEventId
-        info = await self._ctx.store.stream_info(session_id, cursor.life)
-        if info is None:
-            raise UnknownStream
-        if cursor.offset > info.last_offset:
-            raise InvalidEventId
-        if cursor.offset + 1 < info.first_offset:
-            raise CursorGone
-        return cursor, info
-
-    def owner_check(
-        self, session_id: str, info: StreamInfo
-    ) -> Callable[[], Awaitable[bool]] | None:
-        """For a request stream another replica writes: end it if that replica died (D7).
-
-        It runs when a resume starts and then every ``store.heartbeat_s`` while the stream is
-        idle. An owner seen alive is taken as alive for a quarter of ``heartbeat_s`` by every
-        reader on this replica: one store command per owner and period, however many clients
-        wait. The stream is ended with the JSON-RPC errors its writer left pending, exactly
-        once whichever replicas check at the same time.
-
-        Returns:
-            The check (True when it ended the stream), or None when there is nothing to check.
-        """
-        if info.kind != "request" or info.owner == self._ctx.replica_id:
-            return None
-        alive_until = self._owners_alive_until
-        cache_s = self._ctx.settings.store.heartbeat_s / 4
-        store = self._ctx.store
-
-        async def check() -> bool:
-            now = time.monotonic()
-            if alive_until.get(info.owner, 0.0) > now:
-                return False
-            if await store.replica_alive(info.owner):
-                if len(alive_until) >= MAX_KNOWN_OWNERS:
-                    alive_until.clear()
-                alive_until[info.owner] = now + cache_s
-                return False
-            alive_until.pop(info.owner, None)
-            ended = await store.end_orphaned(session_id, info.life)
-            if ended:
-                self._ctx.metrics.streams_orphaned.inc()
-                log.warning("stream.orphan_ended", life=info.life[:8])
-            return ended
-
-        return check
+    session_id: str
+    call: UpstreamCall
+    body: bytes | None
+    request_ids: list[jsonrpc.JSONRPCId]
+    life: str | None
+    origin: _Origin
+    upgrade: Upgrade | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,5 +388,5 @@ def _close_unclaimed(future: asyncio.Future[Opened]) -> None:
     if future.cancelled() or future.exception() is not None:
         return
     response, stream = future.result()
-    if stream is None:
+    if stream is None and response is not None:
         response.close()

@@ -7,6 +7,7 @@ into its calls, authorizes resumes and joins (D8), and writes the stream to an S
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -25,6 +26,7 @@ from mcp_sse_gateway.store.base import SessionRecord, StreamInfo, session_digest
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import deliver
 from mcp_sse_gateway.streams.standalone import Refused, standalone_life
+from mcp_sse_gateway.streams.upgrade import accepts_event_stream
 from mcp_sse_gateway.streams.upstream import UpstreamCall, stream_headers
 from mcp_sse_gateway.tracing import KIND, LIFE, SESSION
 from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STREAMS, TRACING
@@ -50,10 +52,13 @@ async def post(
     body: bytes | None,
     request_ids: list[jsonrpc.JSONRPCId],
     method: str | None = None,
+    upgrade: bool = False,
 ) -> web.StreamResponse:
     """Forward a POST of a resumable session; an SSE answer becomes a managed stream.
 
-    *method* is the JSON-RPC method (one message) or ``"batch"``, for the stream's span.
+    *method* is the JSON-RPC method (one message) or ``"batch"``, for the stream's span. With
+    *upgrade* (``sse.upgrade_json`` applies: see :func:`upgrades`), a JSON answer becomes one
+    too, and the client gets its stream after ``sse.upgrade_wait_ms`` whatever the upstream does.
 
     Raises:
         GatewayBusy: this replica pumps ``server.max_pumps`` streams already (503).
@@ -61,10 +66,17 @@ async def post(
         UpstreamError: the upstream failed before its response headers (502).
     """
     streams = request.app[STREAMS]
+    sse = request.app[SETTINGS].sse
     response, stream = await streams.requests.open_post(
-        session_id, call, body, request_ids, method=method
+        session_id,
+        call,
+        body,
+        request_ids,
+        method=method,
+        upgrade_wait_s=sse.upgrade_wait_ms / 1000 if upgrade else None,
     )
     if stream is None:
+        assert response is not None, "an answer relayed as it is has a response"
         async with response:
             return await relay_response(request, response)
     out, delivered = await _deliver(
@@ -73,12 +85,29 @@ async def post(
         stream.life,
         cursor=0,
         primes=era.primes,
-        headers=stream_headers(response),
+        headers=stream_headers(response) if response is not None else None,
     )
     log.info(
         "stream.delivered", life=stream.life[:8], events=delivered.events, ended=delivered.ended
     )
     return out
+
+
+def upgrades(request: web.Request, messages: list[dict[str, Any]] | None) -> bool:
+    """Whether ``sse.upgrade_json`` applies to this POST of a resumable session.
+
+    One JSON-RPC request (not ``initialize``, not a batch: a batch's answers are one JSON
+    array, and initialize's answer carries the session), from a client whose ``Accept`` names
+    ``text/event-stream``. Notifications and responses keep the upstream's 202.
+    """
+    if not request.app[SETTINGS].sse.upgrade_json or not messages or len(messages) != 1:
+        return False
+    message = messages[0]
+    return (
+        jsonrpc.is_request(message)
+        and message.get("method") != "initialize"
+        and accepts_event_stream(request.headers.get("Accept"))
+    )
 
 
 async def resume(
@@ -104,7 +133,7 @@ async def resume(
         "mcp.resume", attributes={SESSION: session_digest(session_id)[:12]}
     ) as span:
         try:
-            cursor, info = await request.app[STREAMS].requests.resume_target(
+            cursor, info = await request.app[STREAMS].resumes.resume_target(
                 session_id, last_event_id
             )
         except StreamError as exc:
@@ -139,7 +168,6 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
     record: SessionRecord | None,
 ) -> tuple[web.StreamResponse, str, Delivered | None]:
     """The resume once its cursor is known: the answer, its outcome and what it delivered."""
-    requests = request.app[STREAMS].requests
     cursor, info = target
     refused = await _authorize(request, session_id, info, call, record)
     if refused is not None:
@@ -147,7 +175,7 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
     if info.finished and cursor.offset >= info.last_offset:
         # 204 makes EventSource and the SDK clients stop reconnecting: nothing will follow.
         return web.Response(status=204, headers={"Content-Type": "text/event-stream"}), "done", None
-    check_owner = requests.owner_check(session_id, info)
+    check_owner = request.app[STREAMS].resumes.owner_check(session_id, info)
     if check_owner is not None and not info.finished:
         await check_owner()
     reader = None

@@ -432,8 +432,8 @@ async def test_a_cursor_that_cannot_be_served_is_refused(last_event_id: Any, err
         "far": event_id(life, 5),  # beyond the stream's end
     }[last_event_id]
     with pytest.raises(error):
-        await streams.requests.resume_target(SID, value)
-    cursor, info = await streams.requests.resume_target(SID, event_id(life, 1))
+        await streams.resumes.resume_target(SID, value)
+    cursor, info = await streams.resumes.resume_target(SID, event_id(life, 1))
     assert (cursor.life, cursor.offset, info.last_offset) == (life, 1, 1)
 
 
@@ -444,7 +444,7 @@ async def test_a_trimmed_cursor_is_gone():
     await store.create_stream(SID, life, kind="request", owner="replica-b")
     await store.append_many(SID, life, [(d, None) for d in "abcd"])
     with pytest.raises(CursorGone):
-        await streams.requests.resume_target(SID, event_id(life, 1))
+        await streams.resumes.resume_target(SID, event_id(life, 1))
 
 
 async def test_the_standalone_stream_relays_a_refusal_and_authorizes_joins():
