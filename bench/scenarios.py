@@ -1,4 +1,4 @@
-"""The scenarios: throughput, growth, latency, replay, real upstream, scale.
+"""The scenarios: throughput, growth, latency, replay, real upstream, scale, upgrade.
 
 Each scenario starts the targets it compares (all at once, each idle while another runs),
 alternates runs between them (the first target of a repetition rotates), repeats, and reports
@@ -40,6 +40,7 @@ from bench.runs import (
     wait_stored,
 )
 from bench.targets import Running, Target, sort_names
+from bench.upgrade import upgrade
 
 BASELINES = ("direct", "nginx", "mcp-persist")
 TIMES = "\u00d7"
@@ -75,6 +76,7 @@ class Sizes:
     scale_behind: int = 100
     scale_storm_budget_s: float = 30.0
     scale_repeat: int = 1
+    upgrade_calls: int = 500
 
     @classmethod
     def smoke(cls) -> Sizes:
@@ -99,6 +101,7 @@ class Sizes:
             scale_resumers=10,
             scale_behind=100,
             scale_storm_budget_s=5.0,
+            upgrade_calls=20,
         )
 
 
@@ -1174,4 +1177,5 @@ SCENARIOS: dict[str, Callable[[Context], Any]] = {
     "replay": replay,
     "real_upstream": real_upstream,
     "scale": scale,
+    "upgrade": upgrade,
 }

@@ -11,7 +11,8 @@ connections. It speaks just enough MCP for the benchmark clients and for proxies
   ``payload_bytes``) → ``text/event-stream`` (chunked): ``count`` ``notifications/message``
   events, ONE event per write, then the JSON-RPC result, then the end of the body. Notification
   ``i`` carries ``params.data = {"i": i, "n": count, "t": <time.time_ns() at send>, "p": pad}``;
-  with ``interval_ms`` they are paced on an absolute schedule (no drift);
+  with ``interval_ms`` they are paced on an absolute schedule (no drift); with ``"json":
+  true`` the result at once as ``application/json`` instead (a JSON-only server's answer);
 * ``tools/list``, ``ping`` → JSON results; other methods → JSON-RPC error -32601;
 * ``GET /mcp`` → 405 (no standalone stream); with ``--standalone-get``, an empty SSE stream
   (a ``: keepalive`` comment every 15 s) that stays open until the client closes it, like a
@@ -289,6 +290,17 @@ class UpstreamProtocol(asyncio.Protocol):
             return
         if rpc_method == "tools/call":
             arguments = params.get("arguments") or {}
+            if arguments.get("json"):
+                # A JSON-only server's answer: the result at once, as application/json.
+                session = headers.get("mcp-session-id")
+                extra = f"Mcp-Session-Id: {session}\r\n" if session else ""
+                result = {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "result": {"content": [{"type": "text", "text": "done"}], "isError": False},
+                }
+                self.transport.write(_json_response(result, extra))
+                return
             count = min(max(int(arguments.get("count", 0)), 0), MAX_COUNT)
             interval_s = max(float(arguments.get("interval_ms", 0)), 0.0) / 1000
             payload = b"x" * max(int(arguments.get("payload_bytes", 0)), 0)

@@ -51,7 +51,15 @@ def test_smoke_run_writes_tables_with_events_for_every_target(tmp_path: Path) ->
     assert len(reports) == 1, list(tmp_path.iterdir())
     markdown = reports[0].read_text()
     assert markdown in stdout  # the same tables on stdout
-    for section in ("throughput", "growth", "latency", "replay", "real_upstream", "scale"):
+    for section in (
+        "throughput",
+        "growth",
+        "latency",
+        "replay",
+        "real_upstream",
+        "scale",
+        "upgrade",
+    ):
         assert f"## {section} (" in markdown, section
     assert ": failed" not in markdown
 
@@ -75,3 +83,7 @@ def test_smoke_run_writes_tables_with_events_for_every_target(tmp_path: Path) ->
         storm = scenarios["scale"]["data"][name][0]["storm"]
         assert storm["caught_up"] == storm["resumers"] > 0, storm
     assert sum(run["events"] for run in scenarios["growth"]["data"]["1"]["direct"]["runs"]) > 0
+    upgraded = scenarios["upgrade"]["data"]
+    assert upgraded["answers"]["gateway-memory"] == "JSON"
+    assert upgraded["answers"]["gateway-memory+upgrade"] == "SSE"
+    assert all(upgraded["runs"][name] for name in upgraded["answers"]), upgraded
