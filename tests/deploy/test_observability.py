@@ -27,6 +27,7 @@ from tests.support.mcp_http import open_session, stream_notifications_call
 from tests.support.redis_keys import redis_store
 from tests.support.sse_client import read_events
 from tests.support.upstream import start_example_upstream
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "mcp-sse-gateway.json"
@@ -63,17 +64,38 @@ def _family(series: str) -> str:
     return series
 
 
+NOTIFICATIONS = 5
+
+
+def _sample(text: str, name: str) -> float:
+    """The value of the unlabelled sample *name* in a /metrics text (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return 0.0
+
+
 async def _traffic_then_metrics(redis_url: str) -> str:
     """/metrics of a gateway on Redis after a dropped and resumed call and a bad resume."""
     async with start_example_upstream() as upstream_url:
         settings = make_settings(upstream_url, store=redis_store(redis_url))
         async with run_gateway(settings) as gw, aiohttp.ClientSession() as http:
             session = await open_session(http, gw.mcp_url)
-            call = stream_notifications_call(5, interval_ms=20)
+            call = stream_notifications_call(NOTIFICATIONS, interval_ms=20)
             response = await http.post(gw.mcp_url, json=call, headers=session)
             first, _ = await read_events(response, until=2)
             response.close()
             assert first[-1].id is not None
+            # Resume once the call has finished upstream: all it missed is then a replay.
+            stored = NOTIFICATIONS + 1  # the notifications and the response
+
+            async def all_stored() -> bool:
+                async with http.get(gw.base_url + "/metrics") as now:
+                    text = await now.text()
+                return _sample(text, "mcp_sse_gateway_events_stored_total") >= stored
+
+            await eventually(all_stored)
             headers = {**session, "Last-Event-ID": first[-1].id}
             async with http.get(gw.mcp_url, headers=headers) as resumed:
                 assert resumed.status == 200
