@@ -78,6 +78,15 @@ class Metrics:
             ["when"],
             registry=self.registry,
         )
+        self.json_upgrade_late_answers = Counter(
+            "mcp_sse_gateway_json_upgrade_late_answers_total",
+            "What the upstream answered an upgraded call whose client already had its stream, "
+            "by answer: json (2xx JSON, relayed as the stream's event), event_stream, status (a "
+            "non-2xx or unreadable answer: a JSON-RPC error event), failed (no answer: connect "
+            "error, reset or upstream timeout) or cancelled (the gateway shut down first).",
+            ["answer"],
+            registry=self.registry,
+        )
         self.store_up = Gauge(
             "mcp_sse_gateway_store_up",
             "1 when this replica's last heartbeat write to the event store succeeded, else 0.",

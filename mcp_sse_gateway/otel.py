@@ -27,7 +27,7 @@ from mcp_sse_gateway.tracing import NO_TRACING, Attribute, Span, SpanKind, Traci
 __all__ = ["OtelTracing", "tracing_enabled_by", "tracing_from_environment"]
 
 #: ``pip install`` hint when the variables ask for tracing and the extra is missing.
-EXTRA_HINT = "pip install 'mcp-sse-gateway[otel]'"
+EXTRA_HINT = "pip install 'mcp-sse-gateway[otel]' (from a checkout: pip install '.[otel]')"
 DEFAULT_SERVICE_NAME = "mcp-sse-gateway"
 #: Exporters ``OTEL_TRACES_EXPORTER`` may name here.
 EXPORTERS = frozenset({"otlp", "console", "none"})

@@ -46,6 +46,9 @@ DEFAULT_SLOW_READER_CUT_S = 10.0
 #: that asks an identity provider) to be relayed as it is, so the client's OAuth flow starts;
 #: far below any idle timeout (60 s and up), so the keepalives that follow still arrive in time.
 DEFAULT_UPGRADE_WAIT_MS = 2000
+#: An upgraded call's response headers come with its answer, when the tool is done: the wait
+#: for them is the call's whole run (an hour), not ``upstream.headers_timeout_s``.
+DEFAULT_UPGRADE_ANSWER_TIMEOUT_S = 3600.0
 #: Names a browser on this machine can reach the gateway by; anything else is DNS rebinding.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 DEFAULT_ALLOWED_ORIGINS = (

@@ -28,6 +28,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_SESSION_IDLE_TTL_S,
     DEFAULT_SLOW_READER_CUT_S,
     DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_UPGRADE_ANSWER_TIMEOUT_S,
     DEFAULT_UPGRADE_WAIT_MS,
     MIN_LEASE_TTL_S,
     MIN_STALL_TIMEOUT_S,
@@ -172,10 +173,10 @@ class SSESettings(Section):
     )
     upgrade_json: bool = Field(
         default=False,
-        description="Answer a tool call (a POST of one JSON-RPC request on a resumable session, "
-        "from a client that accepts SSE) with a resumable SSE stream even when the upstream "
-        "answers JSON: keepalives cross idle timeouts and a dropped connection resumes. Off by "
-        "default: it changes the response type clients see.",
+        description="Answer a call (a POST of one JSON-RPC request, not a batch, on a "
+        "resumable session, from a client that accepts SSE) with a resumable SSE stream even "
+        "when the upstream answers JSON: keepalives cross idle timeouts and a dropped "
+        "connection resumes. Off by default: it changes the response type clients see.",
     )
     upgrade_wait_ms: int = Field(
         default=DEFAULT_UPGRADE_WAIT_MS,
@@ -184,4 +185,10 @@ class SSESettings(Section):
         "before it commits to the 200 SSE answer, milliseconds. A non-2xx within it is relayed "
         "as it is; after it, each pending request gets a JSON-RPC error event instead (a 401 "
         "that late cannot start the client's OAuth flow).",
+    )
+    upgrade_answer_timeout_s: PositiveSeconds = Field(
+        default=DEFAULT_UPGRADE_ANSWER_TIMEOUT_S,
+        description="With upgrade_json: how long an upgraded call may run upstream before its "
+        "JSON answer, seconds (in place of upstream.headers_timeout_s: a JSON-only upstream "
+        "sends its headers with the answer). Past it, the call gets a JSON-RPC error event.",
     )

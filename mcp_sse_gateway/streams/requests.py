@@ -124,15 +124,18 @@ class RequestStreams:
         try:
             # Waiting on the future, not the task: a client that leaves cancels only the wait.
             await asyncio.wait({opened}, timeout=upgrade_wait_s if upgrade else None)
+            if upgrade is not None and life is not None and not upgrade.answered:
+                # The upstream is slow to answer: the client gets its stream now (keepalives
+                # cross idle timeouts), and the answer will come through it.
+                upgrade.committed = True
+                self._ctx.metrics.json_upgrades.labels("late").inc()
+                return None, self._new_feed(session_id, life)
+            if not opened.done():
+                # Answered as the wait ended: the task settles the future without awaiting.
+                await asyncio.wait({opened})
         except asyncio.CancelledError:
             opened.add_done_callback(_close_unclaimed)
             raise
-        if upgrade is not None and life is not None and not upgrade.answered:
-            # The upstream is slow to answer: the client gets its stream now (keepalives cross
-            # idle timeouts), and the answer will come through it.
-            upgrade.committed = True
-            self._ctx.metrics.json_upgrades.labels("late").inc()
-            return None, self._new_feed(session_id, life)
         return opened.result()
 
     def _new_feed(self, session_id: str, life: str) -> StreamLife:
@@ -171,21 +174,26 @@ class RequestStreams:
 
     async def _start_post(self, post: _Post, opened: asyncio.Future[Opened]) -> None:
         """The task of one POST: the upstream request, then its pump when there is a stream."""
+        upgrade = post.upgrade
+        # An upgraded call's headers come with its answer, when the tool is done.
+        settings = self._ctx.settings
+        timeout_s = settings.sse.upgrade_answer_timeout_s if upgrade is not None else None
         try:
             response = await self._ctx.upstream.open(
-                "POST", post.call.url, post.call.headers, post.body
+                "POST", post.call.url, post.call.headers, post.body, headers_timeout_s=timeout_s
             )
         except BaseException as exc:
             await self._open_failed(post, opened, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        upgrade = post.upgrade
         if upgrade is not None:
             upgrade.answered = True  # before any await: the client's wait sees it at once
             if upgrade.committed and post.life is not None:
+                self._ctx.metrics.json_upgrade_late_answers.labels(_late_answer(response)).inc()
                 stream = self.stream(post.session_id, post.life)
-                late = late_body(response, post.request_ids)
+                max_bytes = settings.store.max_event_bytes
+                late = late_body(response, post.request_ids, max_bytes=max_bytes)
                 await self._run_pump(stream, response, late, post, is_event_stream(response))
                 return
         chunks = await self._chunks_to_pump(post, response, opened)
@@ -202,16 +210,22 @@ class RequestStreams:
         upgrade = post.upgrade
         if upgrade is not None:
             upgrade.answered = True
-            if upgrade.committed and post.life is not None and isinstance(exc, Exception):
-                # The client has its stream: the pending requests get their errors there.
+            if upgrade.committed and post.life is not None:
+                # The client has its stream: the pending requests get their errors there (on a
+                # drain too: the cancellation stops the wait, the errors are still stored).
+                kind = "cancelled" if isinstance(exc, asyncio.CancelledError) else "failed"
+                self._ctx.metrics.json_upgrade_late_answers.labels(kind).inc()
+                if isinstance(exc, UpstreamError):
+                    self._ctx.metrics.upstream_errors.labels(type(exc).__name__).inc()
                 stream = self.stream(post.session_id, post.life)
                 await self._run_pump(stream, None, no_body(), post, reopens=False)
                 return
+        # The client's wait sees the failure first; the stream life is dropped after.
+        if not opened.done():
+            opened.set_exception(exc)
         if post.life is not None:
             with contextlib.suppress(StoreError, StreamError):
                 await self._ctx.store.drop_stream(post.session_id, post.life)
-        if not opened.done():
-            opened.set_exception(exc)
 
     async def _chunks_to_pump(
         self, post: _Post, response: UpstreamResponse, opened: asyncio.Future[Opened]
@@ -233,7 +247,7 @@ class RequestStreams:
             return response.chunks()
         if post.upgrade is not None and upgradable(response):
             self._ctx.metrics.json_upgrades.labels("in_time").inc()
-            return json_as_events(response)
+            return json_as_events(response, max_bytes=self._ctx.settings.store.max_event_bytes)
         opened.set_result((response, None))
         if post.life is not None:
             # Best effort: the answer reaches the client anyway (the life expires).
@@ -290,17 +304,18 @@ class RequestStreams:
             span.set("mcp.stream.end", _end_of(result))
             if result.broken:
                 span.fail("upstream ended before every response")
-        metrics = self._ctx.metrics
-        metrics.events_stored.inc(result.events)
-        if result.broken:
-            metrics.pumps_broken.inc()
-        log.info(
-            "stream.finished",
-            life=stream.life[:8],
-            events=result.events,
-            broken=result.broken,
-            pending=len(result.pending),
-        )
+            metrics = self._ctx.metrics
+            metrics.events_stored.inc(result.events)
+            if result.broken:
+                metrics.pumps_broken.inc()
+            # In the span: the line carries the stream's trace id, not the creating request's.
+            log.info(
+                "stream.finished",
+                life=stream.life[:8],
+                events=result.events,
+                broken=result.broken,
+                pending=len(result.pending),
+            )
 
     def _reopener(self, call: UpstreamCall) -> Callable[[str], Awaitable[Chunks | None]]:
         """Resume a resumable upstream that closed on purpose (SEP-1699), as the client would."""
@@ -374,6 +389,13 @@ class _Origin:
     trace: str
     started_ns: int
     method: str | None
+
+
+def _late_answer(response: UpstreamResponse) -> str:
+    """What a committed upgrade's upstream answered: ``event_stream``, ``json`` or ``status``."""
+    if is_event_stream(response):
+        return "event_stream"
+    return "json" if upgradable(response) else "status"
 
 
 def _end_of(result: PumpResult) -> str:

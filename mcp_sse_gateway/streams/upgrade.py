@@ -40,6 +40,7 @@ __all__ = [
 #: Content codings the gateway decodes to read a JSON answer (``wbits``: zlib, gzip or both).
 _DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _DATA = b"data: "
+_LINE_BREAKS_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
 _OK_MIN, _OK_END = 200, 300
 
 
@@ -78,46 +79,82 @@ def upgradable(response: UpstreamResponse) -> bool:
     )
 
 
-async def json_as_events(response: UpstreamResponse) -> AsyncIterator[bytes]:
+async def json_as_events(response: UpstreamResponse, *, max_bytes: int) -> AsyncIterator[bytes]:
     """The JSON body of *response* (see :func:`upgradable`) as one SSE event, then its end.
 
-    Line breaks (only whitespace, in JSON) start new ``data`` lines; the event's data is then the
-    body with its line breaks as LF. The pump bounds the event (``store.max_event_bytes``).
+    The event is one ``data`` line: CR and LF (only whitespace, in JSON) become spaces, so the
+    data is the same JSON value, one byte per byte. Decoding stops once the body passed
+    *max_bytes* (``store.max_event_bytes``): the pump then refuses the event as too large, and a
+    small compressed body that expands without end costs no more than that (a gzip bomb).
+    Concatenated gzip members are all decoded (RFC 1952 2.2).
 
     Raises:
         UpstreamBroken: the body broke off, or its coding does not decode.
     """
-    coding = _coding(response)
-    decoder = zlib.decompressobj(_DECODERS[coding]) if coding in _DECODERS else None
+    decoder = _Decoder(_coding(response), max_bytes)
     yield _DATA
     async for chunk in response.chunks():
-        piece = _decode(decoder, chunk)
+        piece = decoder.feed(chunk)
         if piece:
-            yield _lines(piece)
-    if decoder is not None:
-        yield _lines(_flush(decoder))
+            yield _one_line(piece)
+        if decoder.full:
+            break  # the event is too large: the pump stops at what it has
+    else:
+        rest = decoder.flush()
+        if rest:
+            yield _one_line(rest)
     yield b"\n\n"
 
 
-def _decode(decoder: zlib._Decompress | None, chunk: bytes) -> bytes:
-    if decoder is None:
-        return chunk
-    try:
-        return decoder.decompress(chunk)
-    except zlib.error as exc:
-        raise UpstreamBroken("the upstream's compressed JSON answer does not decode") from exc
+class _Decoder:
+    """A body's content coding undone, at most *max_bytes* + 1 bytes of it."""
+
+    __slots__ = ("_left", "_wbits", "_zlib")
+
+    def __init__(self, coding: str, max_bytes: int) -> None:
+        self._wbits = _DECODERS.get(coding)
+        self._zlib = zlib.decompressobj(self._wbits) if self._wbits is not None else None
+        self._left = max_bytes + 1  # one byte past the bound is enough to refuse the event
+
+    @property
+    def full(self) -> bool:
+        """The bound is passed: nothing more is decoded."""
+        return self._left <= 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The decoded bytes of *chunk* (raw ones for ``identity``), bounded."""
+        if self._zlib is None:
+            piece = chunk[: self._left]
+            self._left -= len(piece)
+            return piece
+        out = bytearray()
+        data = chunk
+        try:
+            while data and self._left > 0:
+                piece = self._zlib.decompress(data, self._left)
+                out += piece
+                self._left -= len(piece)
+                if self._zlib.eof and self._zlib.unused_data and self._wbits is not None:
+                    # Another gzip member follows the one that ended.
+                    data = self._zlib.unused_data
+                    self._zlib = zlib.decompressobj(self._wbits)
+                else:
+                    data = self._zlib.unconsumed_tail
+        except zlib.error as exc:
+            raise UpstreamBroken("the upstream's compressed JSON answer does not decode") from exc
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        """What the decoder still holds once the body ended."""
+        if self._zlib is None or self.full:
+            return b""
+        if not self._zlib.eof:
+            raise UpstreamBroken("the upstream's compressed JSON answer is truncated")
+        return b""
 
 
-def _flush(decoder: zlib._Decompress) -> bytes:
-    try:
-        return decoder.flush()
-    except zlib.error as exc:
-        raise UpstreamBroken("the upstream's compressed JSON answer does not decode") from exc
-
-
-def _lines(piece: bytes) -> bytes:
-    # A CR LF split across two chunks gives one more (empty) data line: JSON whitespace.
-    return piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\n" + _DATA)
+def _one_line(piece: bytes) -> bytes:
+    return piece.translate(_LINE_BREAKS_TO_SPACES)
 
 
 async def status_error_events(
@@ -156,11 +193,11 @@ async def no_body() -> AsyncIterator[bytes]:
 
 
 def late_body(
-    response: UpstreamResponse, request_ids: Sequence[jsonrpc.JSONRPCId]
+    response: UpstreamResponse, request_ids: Sequence[jsonrpc.JSONRPCId], *, max_bytes: int
 ) -> AsyncIterator[bytes]:
     """What a committed stream carries of an answer that came after the client got its 200."""
     if is_event_stream(response):
         return response.chunks()
     if upgradable(response):
-        return json_as_events(response)
+        return json_as_events(response, max_bytes=max_bytes)
     return status_error_events(request_ids, response.status)

@@ -89,15 +89,18 @@ class Upstream(Protocol):
         url: URL,
         headers: Sequence[tuple[str, str]],
         body: bytes | None,
+        *,
+        headers_timeout_s: float | None = None,
     ) -> UpstreamResponse:
         """Send one request and wait (bounded) for its response headers.
 
         Redirects are never followed (the client gets the 3xx as is). Cancelling closes the
-        upstream connection.
+        upstream connection. *headers_timeout_s* bounds the wait, seconds (None:
+        ``upstream.headers_timeout_s``).
 
         Raises:
             UpstreamConnectError: connection refused, DNS or TLS failure, connect timeout.
-            UpstreamTimeout: no response headers within ``upstream.headers_timeout_s``.
+            UpstreamTimeout: no response headers within the bound.
             UpstreamProtocolError: the upstream closed the connection or sent invalid HTTP.
         """
         ...

@@ -93,14 +93,18 @@ async def post(
     return out
 
 
-def upgrades(request: web.Request, messages: list[dict[str, Any]] | None) -> bool:
+def upgrades(
+    request: web.Request, body: bytes | None, messages: list[dict[str, Any]] | None
+) -> bool:
     """Whether ``sse.upgrade_json`` applies to this POST of a resumable session.
 
-    One JSON-RPC request (not ``initialize``, not a batch: a batch's answers are one JSON
-    array, and initialize's answer carries the session), from a client whose ``Accept`` names
-    ``text/event-stream``. Notifications and responses keep the upstream's 202.
+    One JSON-RPC request (not ``initialize``, not a batch, even of one: a batch's answer is one
+    JSON array, and initialize's answer carries the session), from a client whose ``Accept``
+    names ``text/event-stream``. Notifications and responses keep the upstream's 202.
     """
     if not request.app[SETTINGS].sse.upgrade_json or not messages or len(messages) != 1:
+        return False
+    if body is None or body.lstrip()[:1] == b"[":
         return False
     message = messages[0]
     return (

@@ -236,7 +236,7 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
                 body=body,
                 request_ids=jsonrpc.request_ids(messages or []),
                 method=jsonrpc.method_name(messages),
-                upgrade=managed.upgrades(request, messages),
+                upgrade=managed.upgrades(request, body, messages),
             )
     initialize = request.method == "POST" and jsonrpc.is_initialize(messages)
     response = await request.app[UPSTREAM].open(request.method, call.url, call.headers, body)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -222,12 +223,41 @@ async def test_an_upstream_that_cannot_be_reached_after_the_wait_gives_an_error_
     assert error["error"]["code"] == jsonrpc.UPSTREAM_STREAM_BROKEN
 
 
+async def test_a_call_longer_than_the_headers_timeout_is_still_answered(upstream, gateway, http):
+    # A JSON-only server sends its headers with the answer: the upgrade waits for it.
+    tool = JsonTool(delay_s=0.6)
+    upstream_settings = {"headers_timeout_s": 0.3}
+    async with gateway(upstream.url, sse=UPGRADE, upstream=upstream_settings) as gw:
+        await _session_then(upstream, http, gw, tool)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, _ = await read_events(response)
+        late = gw.app[METRICS].json_upgrade_late_answers.labels("json")._value.get()
+    assert json_messages(events) == [_result(7)]
+    assert late == 1
+
+
+async def test_a_gzip_bomb_costs_the_event_bound_and_answers_with_an_error(upstream, gateway, http):
+    packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    bomb = packer.compress(b'{"jsonrpc": "2.0", "id": 7, "result": "' + b"a" * (64 << 20))
+    bomb += packer.flush()
+    tool = JsonTool(body=bomb, headers={"Content-Encoding": "gzip"})
+    async with gateway(upstream.url, sse=UPGRADE, store={"max_event_bytes": 65536}) as gw:
+        await _session_then(upstream, http, gw, tool)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        events, ended = await read_events(response)
+    assert ended
+    (error,) = json_messages(events)
+    assert error["id"] == 7
+    assert error["error"]["code"] == jsonrpc.UPSTREAM_STREAM_BROKEN
+
+
 @pytest.mark.parametrize(
     ("case", "message", "accept"),
     [
         ("notification", {"jsonrpc": "2.0", "method": "notifications/progress"}, None),
         ("response", {"jsonrpc": "2.0", "id": 3, "result": {}}, None),
         ("batch", [_call(1), _call(2)], None),
+        ("batch of one", [_call(1)], None),
         ("json only client", _call(), "application/json"),
         ("sse refused by q=0", _call(), "application/json, text/event-stream;q=0"),
     ],

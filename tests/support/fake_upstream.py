@@ -87,6 +87,7 @@ class Sent:
     url: URL
     headers: list[tuple[str, str]]
     body: bytes | None
+    headers_timeout_s: float | None = None
 
 
 @dataclass
@@ -107,9 +108,11 @@ class ScriptedUpstream:
         url: URL,
         headers: Sequence[tuple[str, str]],
         body: bytes | None,
+        *,
+        headers_timeout_s: float | None = None,
     ) -> ScriptedResponse:
         """The next scripted answer (an error is raised)."""
-        self.sent.append(Sent(method, url, list(headers), body))
+        self.sent.append(Sent(method, url, list(headers), body, headers_timeout_s))
         if not self.script:
             raise AssertionError(f"unscripted upstream request: {method} {url}")
         answer = self.script.popleft()

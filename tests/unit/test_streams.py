@@ -679,3 +679,127 @@ async def test_the_lease_is_kept_while_the_upstream_get_is_re_opened_for_longer_
     assert streams.standalone.running(SID)
     assert await store.acquire_lease(SID, "b", 30) is None  # still this replica's
     await streams.ctx.registry.close(DEADLINE_S)
+
+
+# The JSON upgrade's races ------------------------------------------------------------------
+
+
+class _HeldUpstream:
+    """An upstream whose one answer (a response or an error) comes when the test releases it."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.answer: ScriptedResponse | BaseException = UpstreamConnectError("refused")
+        self.timeouts: list[float | None] = []
+        self.requests: list[tuple[Any, ...]] = []
+
+    async def open(self, *request: Any, headers_timeout_s: float | None = None) -> ScriptedResponse:
+        """The answer once released; *request* is (method, URL, headers, body)."""
+        self.requests.append(request)
+        self.timeouts.append(headers_timeout_s)
+        await self.release.wait()
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+class _SlowDropStore(MemoryStore):
+    """A memory store whose ``drop_stream`` waits until the test lets it go on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropping = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def drop_stream(self, session_id: str, life: str) -> None:
+        self.dropping.set()
+        await self.go_on.wait()
+        await super().drop_stream(session_id, life)
+
+
+def _upgrade_streams(upstream: Any, store: MemoryStore | None = None) -> Streams:
+    return Streams(
+        StreamContext(
+            store=store or MemoryStore(),
+            upstream=upstream,
+            registry=Registry(),
+            settings=_settings({"upgrade_json": True, "upgrade_answer_timeout_s": 42.0}),
+            metrics=Metrics(),
+            replica_id="replica-a",
+        )
+    )
+
+
+async def test_an_upgraded_call_waits_for_its_answer_as_long_as_the_upgrade_allows():
+    upstream = _HeldUpstream()
+    upstream.answer = ScriptedResponse(content_type="application/json", body=[b"{}"])
+    upstream.release.set()
+    streams = _upgrade_streams(upstream)
+    await streams.requests.open_post(SID, CALL, b"{}", [1], upgrade_wait_s=5.0)
+    await streams.requests.open_post(SID, CALL, b"{}", [2])
+    assert upstream.timeouts == [42.0, None]  # None: upstream.headers_timeout_s
+    assert [r[0] for r in upstream.requests] == ["POST", "POST"]
+    await eventually(lambda: streams.ctx.registry.tasks == 0)
+
+
+async def test_a_failure_within_the_wait_is_the_clients_error_while_the_store_drops_slowly():
+    upstream = _HeldUpstream()
+    store = _SlowDropStore()
+    streams = _upgrade_streams(upstream, store)
+    opening = asyncio.ensure_future(
+        streams.requests.open_post(SID, CALL, b"{}", [1], upgrade_wait_s=0.2)
+    )
+    await eventually(lambda: upstream.timeouts)
+    upstream.release.set()  # the upstream fails well within the wait...
+    await asyncio.wait_for(store.dropping.wait(), DEADLINE_S)
+    # ... and the client has its error while the store is still dropping the stream life.
+    with pytest.raises(UpstreamConnectError):
+        await asyncio.wait_for(opening, DEADLINE_S)
+    store.go_on.set()
+    await eventually(lambda: streams.ctx.registry.tasks == 0)
+
+
+async def test_a_drain_that_cancels_a_committed_upgrade_still_answers_its_call():
+    upstream = _HeldUpstream()  # never released: the upstream is still working on the call
+    streams = _upgrade_streams(upstream)
+    response, stream = await streams.requests.open_post(SID, CALL, b"{}", [1], upgrade_wait_s=0)
+    assert response is None
+    assert stream is not None
+    cancelled = await streams.ctx.registry.close(0.0)
+    assert cancelled == 1
+    read = await streams.ctx.store.read(SID, stream.life, 0, 10)
+    (error,) = [json.loads(e.data) for e in read.events]
+    assert error["id"] == 1
+    assert error["error"]["code"] == UPSTREAM_STREAM_BROKEN
+    assert read.finished
+    assert streams.ctx.registry.find(stream.key) is None  # released, feed closed
+    late = streams.ctx.metrics.json_upgrade_late_answers.labels("cancelled")._value.get()
+    assert late == 1
+
+
+RESULT_1 = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("answer", "counted"),
+    [
+        (UpstreamConnectError("refused"), "failed"),
+        (ScriptedResponse(status=502, content_type="text/html", body=[b"<html>"]), "status"),
+        (ScriptedResponse(content_type="application/json", body=[RESULT_1]), "json"),
+    ],
+)
+async def test_what_the_upstream_answers_after_the_commit_is_counted(answer: Any, counted: str):
+    upstream = _HeldUpstream()
+    upstream.answer = answer
+    streams = _upgrade_streams(upstream)
+    _, stream = await streams.requests.open_post(SID, CALL, b"{}", [1], upgrade_wait_s=0)
+    assert stream is not None
+    upstream.release.set()
+    await eventually(lambda: streams.ctx.registry.tasks == 0)
+    metrics = streams.ctx.metrics
+    assert metrics.json_upgrade_late_answers.labels(counted)._value.get() == 1
+    refused = metrics.upstream_errors.labels("UpstreamConnectError")._value.get()
+    assert refused == (1 if counted == "failed" else 0)
+    read = await streams.ctx.store.read(SID, stream.life, 0, 10)
+    assert len(read.events) == 1
+    assert read.finished

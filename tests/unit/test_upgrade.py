@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from mcp_sse_gateway import jsonrpc
-from mcp_sse_gateway.errors import UpstreamBroken
+from mcp_sse_gateway.errors import EventTooLarge, UpstreamBroken
 from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.streams.upgrade import (
     accepts_event_stream,
@@ -62,7 +62,7 @@ def test_upgradable_answers(
 async def _decoded(response: ScriptedResponse) -> list[str]:
     decoder = SSEDecoder(max_event_bytes=1 << 20)
     events = []
-    async for chunk in json_as_events(response):
+    async for chunk in json_as_events(response, max_bytes=1 << 20):
         events += decoder.feed(chunk)
     return [e.data for e in events]
 
@@ -99,3 +99,53 @@ async def test_status_errors_name_each_request_and_carry_only_the_status() -> No
     assert [e["id"] for e in errors] == [1, "b"]
     assert {e["error"]["code"] for e in errors} == {jsonrpc.UPSTREAM_HTTP_ERROR}
     assert all(e["error"]["data"] == {"status": 401} for e in errors)
+
+
+def _gzip(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+async def _wire(response: ScriptedResponse, max_bytes: int) -> bytes:
+    return b"".join([chunk async for chunk in json_as_events(response, max_bytes=max_bytes)])
+
+
+async def test_a_gzip_bomb_is_decoded_no_further_than_the_event_bound() -> None:
+    bomb = _gzip(b'{"jsonrpc": "2.0", "id": 1, "result": "' + b"a" * (64 << 20) + b'"}')
+    assert len(bomb) < 1 << 20
+    chunks = [bomb[i : i + 4096] for i in range(0, len(bomb), 4096)]
+    gz = [("Content-Encoding", "gzip")]
+    response = ScriptedResponse(content_type="application/json", body=chunks, headers=gz)
+    wire = await _wire(response, max_bytes=10_000)
+    assert 10_000 < len(wire) <= 10_000 + 16  # the bound plus one byte, "data: " and the end
+    decoder = SSEDecoder(max_event_bytes=10_000)
+    with pytest.raises(EventTooLarge):
+        decoder.feed(wire)
+
+
+async def test_every_member_of_a_multi_member_gzip_body_is_decoded() -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"text": "x" * 5000}}).encode()
+    packed = _gzip(body[:1000]) + _gzip(body[1000:3000]) + _gzip(body[3000:])
+    gz = [("Content-Encoding", "gzip")]
+    for size in (7, 1000, len(packed)):  # members split across chunks, or in one
+        chunks = [packed[i : i + size] for i in range(0, len(packed), size)]
+        response = ScriptedResponse(content_type="application/json", body=chunks, headers=gz)
+        (data,) = await _decoded(response)
+        assert json.loads(data) == json.loads(body)
+
+
+async def test_a_truncated_gzip_body_breaks_rather_than_passing_for_a_short_answer() -> None:
+    packed = _gzip(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode())
+    gz = [("Content-Encoding", "gzip")]
+    response = ScriptedResponse(content_type="application/json", body=[packed[:-6]], headers=gz)
+    with pytest.raises(UpstreamBroken):
+        await _decoded(response)
+
+
+async def test_the_event_is_one_data_line_as_long_as_the_body() -> None:
+    body = json.dumps({"a": ["x\ny"] * 200}, indent=4).replace("\n", "\r\n").encode()
+    response = ScriptedResponse(content_type="application/json", body=[body])
+    wire = await _wire(response, max_bytes=len(body))
+    assert wire == b"data: " + body.replace(b"\r", b" ").replace(b"\n", b" ") + b"\n\n"
+    (event,) = SSEDecoder(max_event_bytes=len(body) + 8).feed(wire)
+    assert json.loads(event.data) == json.loads(body)
