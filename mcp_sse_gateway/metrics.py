@@ -87,6 +87,19 @@ class Metrics:
             ["answer"],
             registry=self.registry,
         )
+        self.tasks_created = Counter(
+            "mcp_sse_gateway_tasks_created_total",
+            "Tasks the gateway created for task-supporting tool calls ([tasks], DESIGN D11).",
+            registry=self.registry,
+        )
+        self.tasks_settled = Counter(
+            "mcp_sse_gateway_tasks_settled_total",
+            "Tasks that ended, by status: completed (a tool result, an error result included), "
+            "failed (a JSON-RPC error: the upstream's, or the gateway's when the upstream failed, "
+            "the replica died or shut down first) or cancelled.",
+            ["status"],
+            registry=self.registry,
+        )
         self.store_up = Gauge(
             "mcp_sse_gateway_store_up",
             "1 when this replica's last heartbeat write to the event store succeeded, else 0.",

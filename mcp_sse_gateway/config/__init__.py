@@ -16,6 +16,7 @@ Every name is re-exported here; one job per module:
 * :mod:`.events`: the ``[store]`` and ``[sse]`` sections.
 * :mod:`.access`: the ``[auth]`` section.
 * :mod:`.telemetry`: the ``[logging]`` and ``[metrics]`` sections.
+* :mod:`.tasks`: the ``[tasks]`` section (the Tasks extension, DESIGN D11).
 * :mod:`.defaults`: every default, as a named constant.
 * :mod:`.fields`: the sections' base model and constrained field types.
 * :mod:`.redaction`: :func:`redact_url`, secrets taken out of URLs.
@@ -69,6 +70,7 @@ from mcp_sse_gateway.config.settings import (
     Settings,
     load_settings,
 )
+from mcp_sse_gateway.config.tasks import TasksSettings, TaskSupport
 from mcp_sse_gateway.config.telemetry import LoggingSettings, MetricsSettings
 
 __all__ = [
@@ -117,6 +119,8 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "StoreSettings",
+    "TaskSupport",
+    "TasksSettings",
     "UpstreamSettings",
     "load_settings",
     "redact_url",

@@ -49,6 +49,16 @@ DEFAULT_UPGRADE_WAIT_MS = 2000
 #: An upgraded call's response headers come with its answer, when the tool is done: the wait
 #: for them is the call's whole run (an hour), not ``upstream.headers_timeout_s``.
 DEFAULT_UPGRADE_ANSWER_TIMEOUT_S = 3600.0
+#: Tasks (DESIGN D11): a record is kept an hour after creation, long enough to poll for the
+#: result of a long call and come back after a restart; short enough to bound the store.
+DEFAULT_TASK_TTL_MS = 3_600_000
+#: Clients poll about once a second: a finished call is seen within a second, at one small
+#: read per client per second.
+DEFAULT_TASK_POLL_INTERVAL_MS = 1000
+#: An MRTR input request comes at once (before the tool works); a second covers a loaded host.
+DEFAULT_TASK_INPUT_WAIT_MS = 1000
+#: One upstream round of a task (as ``sse.upgrade_answer_timeout_s``: the call's whole run).
+DEFAULT_TASK_RUN_TIMEOUT_S = 3600.0
 #: Names a browser on this machine can reach the gateway by; anything else is DNS rebinding.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 DEFAULT_ALLOWED_ORIGINS = (

@@ -29,6 +29,7 @@ from mcp_sse_gateway.config.access import AuthSettings
 from mcp_sse_gateway.config.events import SSESettings, StoreSettings
 from mcp_sse_gateway.config.network import ServerSettings, UpstreamSettings
 from mcp_sse_gateway.config.redaction import redact_url
+from mcp_sse_gateway.config.tasks import TasksSettings
 from mcp_sse_gateway.config.telemetry import LoggingSettings, MetricsSettings
 from mcp_sse_gateway.errors import ConfigError
 
@@ -54,6 +55,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     logging: LoggingSettings = LoggingSettings()
     metrics: MetricsSettings = MetricsSettings()
+    tasks: TasksSettings = TasksSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -31,6 +31,7 @@ from mcp_sse_gateway.example.conformance import conformance_tools, register_conf
 from mcp_sse_gateway.example.gateway_tools import register_gateway_tools
 from mcp_sse_gateway.example.protocol import ServerState
 from mcp_sse_gateway.example.skills import SkillsExtension
+from mcp_sse_gateway.example.task_tools import register_task_fixtures
 
 SERVER_NAME = "mcp-sse-gateway-example"
 DEFAULT_HOST = "127.0.0.1"
@@ -65,6 +66,7 @@ def build_server() -> MCPServer[Any]:
     )
     register_conformance(server, state)
     register_gateway_tools(server, state)
+    register_task_fixtures(server)
     return server
 
 

@@ -15,6 +15,11 @@ from typing import Literal, NamedTuple, Protocol
 StreamKind = Literal["request", "standalone"]
 
 
+#: Task records are keyed like sessions, by the digest of this prefix plus the task id: a task
+#: id never appears in a key, and never collides with a session id's digest.
+TASK_SCOPE = "task\x00"
+
+
 @functools.lru_cache(maxsize=4096)
 def session_digest(session_id: str) -> str:
     """A stable, non-reversible key for a session: 32 lower-case hex digits (BLAKE2b-128).
@@ -309,6 +314,23 @@ class EventStore(Protocol):
         Appends *error_datas* (JSON-RPC error responses; None: the stream's stored pending ones)
         then the terminal marker, as one compare-and-set. Returns True only for the caller that
         did it.
+        """
+
+    async def get_task(self, task_id: str) -> tuple[int, str] | None:
+        """A task's version and record (JSON text), or None when unknown or expired (D11)."""
+
+    async def put_task(self, task_id: str, record: str, *, version: int, ttl_ms: int) -> bool:
+        """Write a task's record if it is still at *version* (0: create it, TTL *ttl_ms*).
+
+        A compare-and-set: of two writers that read the same version, one wins. The record
+        keeps the TTL it was created with.
+
+        Returns:
+            True when written (the task is then at ``version + 1``); False when another write
+            came first, or the task expired.
+
+        Raises:
+            StoreLimitExceeded: a creation beyond the store's bound on tasks (memory).
         """
 
     async def ping(self) -> None:

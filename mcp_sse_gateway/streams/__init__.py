@@ -12,7 +12,9 @@ Everything a managed stream is, independent of how clients and the upstream are 
   sink (an SSE response in production);
 * :mod:`~mcp_sse_gateway.streams.requests`, :mod:`~mcp_sse_gateway.streams.resumes`,
   :mod:`~mcp_sse_gateway.streams.standalone`: POST streams (:mod:`.upgrade`: JSON answers as
-  streams), resumes, the session's standalone GET stream.
+  streams), resumes, the session's standalone GET stream;
+* :mod:`~mcp_sse_gateway.streams.tasks`: tool calls run as tasks for clients of the 2026-07-28
+  era (:mod:`.task_record`: their records and wire shapes).
 
 It imports neither aiohttp nor redis (checked by import-linter in CI); ``web/`` depends on it,
 never the reverse. See docs/architecture.md.
@@ -24,6 +26,7 @@ from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.requests import RequestStreams
 from mcp_sse_gateway.streams.resumes import Resumes
 from mcp_sse_gateway.streams.standalone import StandaloneStreams
+from mcp_sse_gateway.streams.tasks import Tasks
 
 
 class Streams:
@@ -34,6 +37,7 @@ class Streams:
         self.requests = RequestStreams(ctx)
         self.resumes = Resumes(ctx)
         self.standalone = StandaloneStreams(ctx)
+        self.tasks = Tasks(ctx)
 
 
-__all__ = ["RequestStreams", "Resumes", "StandaloneStreams", "StreamContext", "Streams"]
+__all__ = ["RequestStreams", "Resumes", "StandaloneStreams", "StreamContext", "Streams", "Tasks"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hmac
 import secrets
 import time
 from http import HTTPStatus
@@ -127,9 +128,32 @@ class Authorizer:
 
     def may_end_session(self, binding: str, request: web.Request) -> bool:
         """Whether *request* may make the gateway forget the session on an upstream 404."""
+        return self.is_creator(binding, request)
+
+    def is_creator(self, binding: str, request: web.Request) -> bool:
+        """Whether *request* presents the credentials of the record bound by *binding*.
+
+        Always true when authorization is off (``auth.resume = "none"``).
+        """
         if self._auth.resume == "none":
             return True
         return auth.is_creator(auth.Binding.decode(binding), self.presented(request))
+
+    def owns_task(self, binding: str, request: web.Request) -> bool:
+        """Whether *request* may see and change the task bound by *binding* (DESIGN D11, D8).
+
+        The creator's credentials (or verified principal) only; a task created without
+        credentials (an upstream that takes anonymous calls) is any anonymous request's that
+        knows its id (128 random bits), never a credentialed one's. Always true when
+        authorization is off.
+        """
+        if self._auth.resume == "none":
+            return True
+        presented = self.presented(request)
+        if not presented.anonymous:
+            return auth.is_creator(auth.Binding.decode(binding), presented)
+        created = auth.Binding.decode(binding)
+        return created is not None and hmac.compare_digest(created.credentials, presented.digest)
 
     async def authorize(
         self,

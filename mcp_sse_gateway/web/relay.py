@@ -44,9 +44,10 @@ from mcp_sse_gateway.headers import (
 )
 from mcp_sse_gateway.metrics import CONTENT_TYPE_LATEST
 from mcp_sse_gateway.paths import PathRole, path_role
+from mcp_sse_gateway.store.base import SessionRecord
 from mcp_sse_gateway.streams.upstream import UpstreamCall
 from mcp_sse_gateway.tracing import METHOD
-from mcp_sse_gateway.web import managed
+from mcp_sse_gateway.web import managed, tasks
 from mcp_sse_gateway.web.keys import (
     AUTHORIZER,
     BUFFERED_BYTES,
@@ -179,7 +180,8 @@ def _session_id(request: web.Request) -> str | None:
 async def relay_mcp(request: web.Request) -> web.StreamResponse:
     """Serve one request on the MCP endpoint, by era (D2) and method (D3).
 
-    * no ``Mcp-Session-Id``: relayed as is (initialize answers are read to record the session);
+    * no ``Mcp-Session-Id``: relayed as is (initialize answers are read to record the session),
+      but for the task surface of the 2026-07-28 era with ``[tasks]`` on (D11: :mod:`.tasks`);
     * GET + ``Last-Event-ID``: resumed from the store, never forwarded (D6);
     * GET on a resumable session: the session's standalone stream (D5);
     * POST on a resumable session: an SSE answer becomes a managed stream (D4);
@@ -213,31 +215,13 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
         auth=binding,
         creator=creator,
     )
-    if session_id is not None and era.resumable:
-        if request.method == "GET" and last_event_id is not None:
-            return await managed.resume(
-                request,
-                session_id=session_id,
-                era=era,
-                last_event_id=last_event_id,
-                call=call,
-                record=record,
-            )
-        if request.method == "GET":
-            return await managed.standalone(
-                request, session_id=session_id, era=era, call=call, record=record
-            )
-        if request.method == "POST":
-            return await managed.post(
-                request,
-                session_id=session_id,
-                era=era,
-                call=call,
-                body=body,
-                request_ids=jsonrpc.request_ids(messages or []),
-                method=jsonrpc.method_name(messages),
-                upgrade=managed.upgrades(request, body, messages),
-            )
+    if session_id is not None and era.resumable and request.method in {"GET", "POST"}:
+        return await _serve_managed(
+            request, session_id, era, call, record, body, messages, last_event_id
+        )
+    answered = await tasks.serve(request, session_id, body, messages, call)
+    if answered is not None:
+        return answered
     initialize = request.method == "POST" and jsonrpc.is_initialize(messages)
     response = await request.app[UPSTREAM].open(request.method, call.url, call.headers, body)
     async with response:
@@ -263,6 +247,42 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
         if initialize and response.content_type == "application/json":
             return await relay_initialize_json(request, response, settings)
         return await relay_response(request, response, record_initialize=initialize)
+
+
+async def _serve_managed(  # noqa: PLR0917 - one request's parts
+    request: web.Request,
+    session_id: str,
+    era: Era,
+    call: UpstreamCall,
+    record: SessionRecord | None,
+    body: bytes | None,
+    messages: list[dict[str, Any]] | None,
+    last_event_id: str | None,
+) -> web.StreamResponse:
+    """A GET or POST of a resumable session: a resume, the standalone stream, or a POST."""
+    if request.method == "GET" and last_event_id is not None:
+        return await managed.resume(
+            request,
+            session_id=session_id,
+            era=era,
+            last_event_id=last_event_id,
+            call=call,
+            record=record,
+        )
+    if request.method == "GET":
+        return await managed.standalone(
+            request, session_id=session_id, era=era, call=call, record=record
+        )
+    return await managed.post(
+        request,
+        session_id=session_id,
+        era=era,
+        call=call,
+        body=body,
+        request_ids=jsonrpc.request_ids(messages or []),
+        method=jsonrpc.method_name(messages),
+        upgrade=managed.upgrades(request, body, messages),
+    )
 
 
 def _annotate_method(request: web.Request, messages: list[dict[str, Any]] | None) -> None:

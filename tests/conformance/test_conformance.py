@@ -41,12 +41,35 @@ from tests.support.processes import stop_popen
 # the server closed the stream mid-call. Bare, the upstream (no event store) neither primes nor
 # closes: 2 WARNING. Through the gateway configured as below, all three pass on both versions,
 # including 0.1.16, which sends `MCP-Protocol-Version: 2025-03-26` on a 2025-11-25 session (D2).
-EXPECTED_THROUGH_GATEWAY: dict[str, str] = {"server-sse-polling": "3/3 SUCCESS"}
+#
+# The Tasks extension's scenarios (0.2 only) fail bare: the example server has no tasks (its
+# task fixtures are synchronous tools). Through the gateway with deploy/examples/tasks.toml
+# every check passes; `tasks-status-notifications` (optional notifications) stays SKIPPED.
+EXPECTED_THROUGH_GATEWAY: dict[str, str] = {
+    "server-sse-polling": "3/3 SUCCESS",
+    "tasks-lifecycle": "9/9 SUCCESS",
+    "tasks-capability-negotiation": "5/5 SUCCESS",
+    "tasks-wire-fields": "4/4 SUCCESS",
+    "tasks-request-state-removal": "3/3 SUCCESS",
+    "tasks-mrtr-input": "4/4 SUCCESS",
+    "tasks-request-headers": "5/5 SUCCESS",
+    "tasks-dispatch-and-envelope": "9/9 SUCCESS",
+    "tasks-status-notifications": "SKIPPED",
+    "tasks-required-task-error": "3/3 SUCCESS",
+    "tasks-mrtr-composition": "2/2 SUCCESS",
+}
+
+#: The documented configuration that serves the example server's task fixtures as tasks.
+TASKS_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "tasks.toml"
 
 # The gateway's configuration in this run, as a user would set it: environment variables.
 # Polling on: every POST stream of a 2025-11-25 session is closed right after its priming event,
-# so every scenario's answers travel through a resume with Last-Event-ID.
-GATEWAY_ENVIRONMENT = {"MCP_SSE_GATEWAY_SSE__POLL_AFTER_MS": "0"}
+# so every scenario's answers travel through a resume with Last-Event-ID. Tasks on, as
+# deploy/examples/tasks.toml says (the TOML file, named by the environment).
+GATEWAY_ENVIRONMENT = {
+    "MCP_SSE_GATEWAY_SSE__POLL_AFTER_MS": "0",
+    "MCP_SSE_GATEWAY_CONFIG": str(TASKS_CONFIG),
+}
 
 UPSTREAM_MODULE = "mcp_sse_gateway.example"
 START_DEADLINE_S = 30.0

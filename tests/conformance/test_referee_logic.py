@@ -546,3 +546,13 @@ def test_cli_exit_codes(fake_suite, capsys) -> None:
     assert ref.main([*base, "--expect", "a=WARNING"]) == 1
     assert ref.main([*base, "--expect", "nonsense"]) == 2
     assert ref.main([*base, "--scenario", "nosuch"]) == 2
+
+
+def test_a_setup_check_that_failed_bare_may_be_missing_when_all_succeed_as_expected() -> None:
+    bare = make_run("tasks-x", "bare", [check("setup", FAILURE)])
+    gateway = make_run("tasks-x", "gateway", [check("a", SUCCESS), check("b", SUCCESS)])
+    assert ref._row("0.2", "tasks-x", bare, gateway, {"tasks-x": "2/2 SUCCESS"}).ok
+    # Without the expectation, or with one that is not all successes, it is still worse.
+    for expect in ({}, {"tasks-x": "SUCCESS"}):
+        row = ref._row("0.2", "tasks-x", bare, gateway, expect)
+        assert [w.check_id for w in row.worse] == ["setup"]

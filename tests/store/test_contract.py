@@ -504,3 +504,51 @@ async def test_creator_bindings_round_trip_on_sessions_and_streams(make_store):
     await store.create_stream("s", other, kind="standalone", owner="r1")
     assert (await store.stream_info("s", life)).auth == binding
     assert (await store.stream_info("s", other)).auth == ""
+
+
+# Task records (DESIGN D11) -------------------------------------------------------------------
+
+
+async def test_a_task_record_is_created_once_and_written_by_compare_and_set(make_store):
+    store = make_store()
+    assert await store.get_task("t1") is None
+    assert await store.put_task("t1", '{"status": "working"}', version=0, ttl_ms=60_000)
+    assert not await store.put_task("t1", "{}", version=0, ttl_ms=60_000)  # exists
+    assert await store.get_task("t1") == (1, '{"status": "working"}')
+    # Two writers read version 1: the first wins, the second must read again.
+    assert await store.put_task("t1", '{"status": "completed"}', version=1, ttl_ms=1)
+    assert not await store.put_task("t1", '{"status": "cancelled"}', version=1, ttl_ms=1)
+    assert await store.get_task("t1") == (2, '{"status": "completed"}')
+    assert not await store.put_task("unknown", "{}", version=1, ttl_ms=60_000)
+    assert await store.get_task("unknown") is None
+
+
+async def test_a_task_record_expires_with_its_creation_ttl(make_store):
+    store = make_store()
+    ttl_ms = int(SHORT_TTL_S * 1000)
+    assert await store.put_task("t2", "a", version=0, ttl_ms=ttl_ms)
+    assert await store.put_task("t2", "b", version=1, ttl_ms=3_600_000)  # keeps its TTL
+    await eventually(lambda: _gone(store, "t2"))
+    assert not await store.put_task("t2", "c", version=2, ttl_ms=ttl_ms)
+
+
+async def _gone(store, task_id):
+    return await store.get_task(task_id) is None
+
+
+def test_the_memory_store_refuses_a_task_beyond_its_bound_and_never_evicts_a_live_one():
+    clock = Clock()
+    store = MemoryStore(max_tasks=2, clock=clock)
+
+    async def run() -> None:
+        assert await store.put_task("a", "1", version=0, ttl_ms=10_000)
+        assert await store.put_task("b", "1", version=0, ttl_ms=20_000)
+        with pytest.raises(StoreLimitExceeded):
+            await store.put_task("c", "1", version=0, ttl_ms=10_000)
+        assert await store.get_task("a") == (1, "1")
+        clock.now += 10  # "a" expired: its room is taken
+        assert await store.put_task("c", "1", version=0, ttl_ms=10_000)
+        assert await store.get_task("a") is None
+        assert await store.get_task("b") == (1, "1")
+
+    asyncio.run(run())

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from mcp_sse_gateway.config import StoreSettings
 from mcp_sse_gateway.errors import UnknownStream
 from mcp_sse_gateway.store.memory.sessions import DEFAULT_MAX_SESSIONS, MemorySessions
+from mcp_sse_gateway.store.memory.tasks import DEFAULT_MAX_TASKS, MemoryTasks
 
 
 class MemoryStore(MemorySessions):
@@ -28,6 +29,7 @@ class MemoryStore(MemorySessions):
         finished_stream_ttl_s: a finished stream is dropped this many seconds after finishing.
         max_bytes: cap on stored event bytes across all streams.
         heartbeat_expiry_s: a replica is alive this many seconds after its last heartbeat.
+        max_tasks: task records kept at most (DESIGN D11).
         clock: monotonic clock in seconds (tests inject their own).
     """
 
@@ -41,6 +43,7 @@ class MemoryStore(MemorySessions):
         finished_stream_ttl_s: float = 300.0,
         max_bytes: int = 256 * 1024 * 1024,
         heartbeat_expiry_s: float = 15.0,
+        max_tasks: int = DEFAULT_MAX_TASKS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(
@@ -56,6 +59,7 @@ class MemoryStore(MemorySessions):
         self._heartbeat_expiry_s = heartbeat_expiry_s
         # replica id -> monotonic time its heartbeat expires.
         self._heartbeats: dict[str, float] = {}
+        self._tasks = MemoryTasks(clock, max_tasks)
 
     @classmethod
     def from_settings(cls, settings: StoreSettings) -> MemoryStore:
@@ -142,6 +146,20 @@ class MemoryStore(MemorySessions):
         await self.finish(session_id, life)
         return True
 
+    # Tasks (DESIGN D11) ------------------------------------------------------------------------
+
+    async def get_task(self, task_id: str) -> tuple[int, str] | None:
+        """A task's version and record (JSON text), or None when unknown or expired."""
+        return self._tasks.get(task_id)
+
+    async def put_task(self, task_id: str, record: str, *, version: int, ttl_ms: int) -> bool:
+        """Write a task's record if it is still at *version* (0: create it, TTL *ttl_ms*).
+
+        Raises:
+            StoreLimitExceeded: a creation while ``max_tasks`` live records are kept.
+        """
+        return self._tasks.put(task_id, record, version=version, ttl_ms=ttl_ms)
+
     async def ping(self) -> None:
         """Always reachable."""
 
@@ -150,3 +168,4 @@ class MemoryStore(MemorySessions):
         for key in list(self._streams):
             self._drop_session_streams(key)
         self._sessions.clear()
+        self._tasks.clear()

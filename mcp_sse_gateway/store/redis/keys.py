@@ -16,6 +16,9 @@ slot)::
     <prefix>:{<digest>}:lease            hash    the standalone lease: holder ``h``, epoch ``e``
                                                  (expires unless renewed; DESIGN D5)
     <prefix>:{<digest>}:epoch            string  the session's last lease epoch (INCR)
+    <prefix>:{<task digest>}:task        hash    a task's version ``v`` and record ``r`` (JSON;
+                                                 TTL ``ttlMs``; DESIGN D11). The digest is of
+                                                 ``TASK_SCOPE`` + the task id
     <prefix>:replica:<replica id>        string  a replica's heartbeat (one key per replica)
     <prefix>:wake                        channel wake-up messages ``<digest> <life>``
 
@@ -77,6 +80,11 @@ class SessionKeys:
     def lease(self) -> str:
         """The session's standalone lease (hash; expires unless renewed)."""
         return f"{self.base}:lease"
+
+    @property
+    def task(self) -> str:
+        """A task's record (hash; the "session" is the task's scope, see ``TASK_SCOPE``)."""
+        return f"{self.base}:task"
 
     @property
     def epoch(self) -> str:

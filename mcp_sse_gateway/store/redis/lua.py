@@ -37,6 +37,7 @@ SCRIPT_NAMES = (
     "end_orphaned",
     "lease",
     "claim_reader",
+    "task",
 )
 
 

@@ -12,21 +12,22 @@ from typing import Any
 
 from mcp_sse_gateway.store.base import SessionRecord
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING
-from mcp_sse_gateway.store.redis.leases import LeaseStore
 from mcp_sse_gateway.store.redis.local_cache import SessionCache
 from mcp_sse_gateway.store.redis.streams import ms, text
+from mcp_sse_gateway.store.redis.tasks import TaskStore
 
 #: Tombstones only need to outlive a client's reconnection attempts (as in the memory store).
 TOMBSTONE_TTL_S = 300.0
 
 
-class SessionStore(LeaseStore):
+class SessionStore(TaskStore):
     """The session operations of a Redis event store (and, inherited, its stream operations).
 
     Args:
         idle_ms: a session record's idle TTL, ms.
         session_cache_s: how long a record read is served from memory, seconds.
-        **streams: :class:`~mcp_sse_gateway.store.redis.leases.LeaseStore`'s arguments.
+        **streams: :class:`~mcp_sse_gateway.store.redis.leases.LeaseStore`'s arguments (tasks
+            add none).
     """
 
     def __init__(self, *args: Any, idle_ms: int, session_cache_s: float, **streams: Any) -> None:
