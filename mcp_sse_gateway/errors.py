@@ -19,7 +19,8 @@
     │   ├── UpstreamProtocolError    the upstream answered something that is not HTTP
     │   └── UpstreamBroken           the response body broke off after the headers
     ├── GatewayBusy                  503 + Retry-After: ``server.max_concurrent_requests`` or
-    │                                ``server.max_pumps`` reached (running streams untouched)
+    │   │                            ``server.max_pumps`` reached (running streams untouched)
+    │   └── ShuttingDown             a drain cancelled a request waiting for its headers
     ├── AuthUnavailable              503 + Retry-After: the upstream could not be asked to
     │                                authorize a resume (5xx, timeout, unreachable)
     ├── StoreError
@@ -96,6 +97,13 @@ class GatewayBusy(GatewayError):
     """Raised when this replica serves as many requests or pumps as it may (a flood).
 
     Answered 503 + ``Retry-After``; nothing already running is affected.
+    """
+
+
+class ShuttingDown(GatewayBusy):
+    """Raised when a drain cancelled a request still waiting for the upstream's headers.
+
+    Answered 503 + ``Retry-After``: the client retries on another replica.
     """
 
 

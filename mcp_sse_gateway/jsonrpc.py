@@ -40,6 +40,26 @@ def parse_messages(body: bytes | str) -> list[dict[str, Any]] | None:
     return items
 
 
+#: Bytes of a body looked at to tell a batch (enough for a BOM and leading whitespace).
+_BATCH_PREFIX_BYTES = 256
+
+
+def is_batch(body: bytes | str) -> bool:
+    """Whether *body* is a JSON array (a batch) in any encoding ``json.loads`` reads.
+
+    UTF-8, 16 or 32, with or without a byte order mark, leading whitespace skipped.
+    """
+    if isinstance(body, bytes):
+        head = body[:_BATCH_PREFIX_BYTES]
+        try:
+            text = head.decode(json.detect_encoding(head), errors="ignore")
+        except LookupError:
+            return False
+    else:
+        text = body
+    return text.lstrip("\ufeff \t\r\n")[:1] == "["
+
+
 def is_request(message: dict[str, Any]) -> bool:
     """True for a JSON-RPC request (has ``method`` and an ``id``), false for notifications."""
     return "method" in message and message.get("id") is not None

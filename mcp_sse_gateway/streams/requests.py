@@ -21,6 +21,7 @@ import structlog
 
 from mcp_sse_gateway import jsonrpc, tracing
 from mcp_sse_gateway.errors import (
+    ShuttingDown,
     StoreError,
     StreamError,
     UpstreamError,
@@ -31,6 +32,7 @@ from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.life import StreamLife
 from mcp_sse_gateway.streams.pump import Chunks, PumpResult, pending_errors, run_pump
 from mcp_sse_gateway.streams.upgrade import (
+    EVENT_FRAMING_BYTES,
     Upgrade,
     json_as_events,
     late_body,
@@ -173,11 +175,29 @@ class RequestStreams:
         return life
 
     async def _start_post(self, post: _Post, opened: asyncio.Future[Opened]) -> None:
-        """The task of one POST: the upstream request, then its pump when there is a stream."""
+        """The task of one POST: the upstream request, then its pump when there is a stream.
+
+        A call that stays silent longer than the session's idle TTL keeps its keys meanwhile.
+        """
+        if not post.request_ids:
+            await self._forward_post(post, opened)
+            return
+        keeper = asyncio.get_running_loop().create_task(
+            self._keep_session(post.session_id), name="post.keep_session"
+        )
+        try:
+            await self._forward_post(post, opened)
+        finally:
+            keeper.cancel()
+
+    async def _forward_post(self, post: _Post, opened: asyncio.Future[Opened]) -> None:
         upgrade = post.upgrade
-        # An upgraded call's headers come with its answer, when the tool is done.
+        # An upgraded call's headers come with its answer, when the tool is done: the headers
+        # and a JSON body must both have come within sse.upgrade_answer_timeout_s.
         settings = self._ctx.settings
         timeout_s = settings.sse.upgrade_answer_timeout_s if upgrade is not None else None
+        if timeout_s is not None:
+            post.deadline = asyncio.get_running_loop().time() + timeout_s
         try:
             response = await self._ctx.upstream.open(
                 "POST", post.call.url, post.call.headers, post.body, headers_timeout_s=timeout_s
@@ -193,7 +213,9 @@ class RequestStreams:
                 self._ctx.metrics.json_upgrade_late_answers.labels(_late_answer(response)).inc()
                 stream = self.stream(post.session_id, post.life)
                 max_bytes = settings.store.max_event_bytes
-                late = late_body(response, post.request_ids, max_bytes=max_bytes)
+                late = late_body(
+                    response, post.request_ids, max_bytes=max_bytes, deadline=post.deadline
+                )
                 await self._run_pump(stream, response, late, post, is_event_stream(response))
                 return
         chunks = await self._chunks_to_pump(post, response, opened)
@@ -220,9 +242,10 @@ class RequestStreams:
                 stream = self.stream(post.session_id, post.life)
                 await self._run_pump(stream, None, no_body(), post, reopens=False)
                 return
-        # The client's wait sees the failure first; the stream life is dropped after.
+        # The client's wait sees the failure first (a drain's cancellation as a 503, so the
+        # client retries elsewhere); the stream life is dropped after.
         if not opened.done():
-            opened.set_exception(exc)
+            opened.set_exception(ShuttingDown() if isinstance(exc, asyncio.CancelledError) else exc)
         if post.life is not None:
             with contextlib.suppress(StoreError, StreamError):
                 await self._ctx.store.drop_stream(post.session_id, post.life)
@@ -247,7 +270,8 @@ class RequestStreams:
             return response.chunks()
         if post.upgrade is not None and upgradable(response):
             self._ctx.metrics.json_upgrades.labels("in_time").inc()
-            return json_as_events(response, max_bytes=self._ctx.settings.store.max_event_bytes)
+            max_bytes = self._ctx.settings.store.max_event_bytes
+            return json_as_events(response, max_bytes=max_bytes, deadline=post.deadline)
         opened.set_result((response, None))
         if post.life is not None:
             # Best effort: the answer reaches the client anyway (the life expires).
@@ -291,7 +315,9 @@ class RequestStreams:
                     stream.life,
                     chunks,
                     request_ids=post.request_ids,
-                    max_event_bytes=self._ctx.settings.store.max_event_bytes,
+                    # An upgraded event is the body plus its framing: the bound is the body's.
+                    max_event_bytes=self._ctx.settings.store.max_event_bytes
+                    + (EVENT_FRAMING_BYTES if post.upgrade is not None else 0),
                     reopen=self._reopener(post.call) if reopens else None,
                     stream=stream,
                     on_store_lost=lambda: self._store_lost(stream),
@@ -316,6 +342,19 @@ class RequestStreams:
                 broken=result.broken,
                 pending=len(result.pending),
             )
+
+    async def _keep_session(self, session_id: str) -> None:
+        """While a pump runs: use the session every third of its idle TTL (D7, expiry).
+
+        A silent call (an upgraded JSON call, a tool that reports no progress) appends
+        nothing for as long as it runs, and its client reads the local feed: without this, the
+        session and its open streams would expire in the store under a running call.
+        """
+        period_s = self._ctx.settings.store.session_idle_ttl_s / 3
+        while True:
+            await asyncio.sleep(period_s)
+            with contextlib.suppress(StoreError):
+                await self._ctx.store.get_session(session_id, refresh=True)
 
     def _reopener(self, call: UpstreamCall) -> Callable[[str], Awaitable[Chunks | None]]:
         """Resume a resumable upstream that closed on purpose (SEP-1699), as the client would."""
@@ -380,6 +419,8 @@ class _Post:
     life: str | None
     origin: _Origin
     upgrade: Upgrade | None
+    #: When an upgraded call's answer must have come (event loop time), else None.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,22 +18,25 @@ an SSE stream, at the server's choice); WHATWG HTML, server-sent events (``data`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from mcp_sse_gateway import jsonrpc
-from mcp_sse_gateway.errors import UpstreamBroken
+from mcp_sse_gateway.errors import UpstreamBroken, UpstreamTimeout
 from mcp_sse_gateway.streams.upstream import UpstreamResponse, is_event_stream
 
 __all__ = [
+    "EVENT_FRAMING_BYTES",
     "Upgrade",
     "accepts_event_stream",
     "json_as_events",
     "late_body",
     "no_body",
     "status_error_events",
+    "until",
     "upgradable",
 ]
 
@@ -41,6 +44,10 @@ __all__ = [
 _DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _DATA = b"data: "
 _LINE_BREAKS_TO_SPACES = bytes.maketrans(b"\r\n", b"  ")
+_UTF8_BOM = b"\xef\xbb\xbf"
+#: What an upgraded event adds to the body on the wire: ``data: `` and the line end; the pump's
+#: bound is ``store.max_event_bytes`` plus this, so the bound is the body's.
+EVENT_FRAMING_BYTES = len(_DATA) + 1
 _OK_MIN, _OK_END = 200, 300
 
 
@@ -79,22 +86,30 @@ def upgradable(response: UpstreamResponse) -> bool:
     )
 
 
-async def json_as_events(response: UpstreamResponse, *, max_bytes: int) -> AsyncIterator[bytes]:
+async def json_as_events(
+    response: UpstreamResponse, *, max_bytes: int, deadline: float | None = None
+) -> AsyncIterator[bytes]:
     """The JSON body of *response* (see :func:`upgradable`) as one SSE event, then its end.
 
     The event is one ``data`` line: CR and LF (only whitespace, in JSON) become spaces, so the
-    data is the same JSON value, one byte per byte. Decoding stops once the body passed
-    *max_bytes* (``store.max_event_bytes``): the pump then refuses the event as too large, and a
-    small compressed body that expands without end costs no more than that (a gzip bomb).
-    Concatenated gzip members are all decoded (RFC 1952 2.2).
+    data is the same JSON value, one byte per byte (a UTF-8 byte order mark is left out).
+    Decoding stops once the body passed *max_bytes* (``store.max_event_bytes``): the pump then
+    refuses the event as too large, and a small compressed body that expands without end costs
+    no more than that (a gzip bomb). Concatenated gzip members are all decoded (RFC 1952 2.2);
+    ``deflate`` is read zlib-wrapped or raw, as HTTP clients do. The whole body must have come
+    by *deadline* (the event loop's clock), if given.
 
     Raises:
         UpstreamBroken: the body broke off, or its coding does not decode.
+        UpstreamTimeout: the body was still coming at *deadline*.
     """
     decoder = _Decoder(_coding(response), max_bytes)
     yield _DATA
-    async for chunk in response.chunks():
+    first = True
+    async for chunk in until(response.chunks(), deadline):
         piece = decoder.feed(chunk)
+        if first and piece:
+            piece, first = piece.removeprefix(_UTF8_BOM), False
         if piece:
             yield _one_line(piece)
         if decoder.full:
@@ -106,15 +121,47 @@ async def json_as_events(response: UpstreamResponse, *, max_bytes: int) -> Async
     yield b"\n\n"
 
 
+async def until(chunks: AsyncIterator[bytes], deadline: float | None) -> AsyncIterator[bytes]:
+    """*chunks* as they come, as long as they come before *deadline* (event loop time).
+
+    Raises:
+        UpstreamTimeout: the next chunk had not come at *deadline*.
+    """
+    if deadline is None:
+        async for chunk in chunks:
+            yield chunk
+        return
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(chunks), max(0.0, deadline - loop.time()))
+        except StopAsyncIteration:
+            return
+        except TimeoutError as exc:
+            raise UpstreamTimeout("the upstream's answer was still coming at its deadline") from exc
+        yield chunk
+
+
 class _Decoder:
     """A body's content coding undone, at most *max_bytes* + 1 bytes of it."""
 
-    __slots__ = ("_left", "_wbits", "_zlib")
+    __slots__ = ("_left", "_raw_possible", "_wbits", "_zlib")
 
     def __init__(self, coding: str, max_bytes: int) -> None:
         self._wbits = _DECODERS.get(coding)
         self._zlib = zlib.decompressobj(self._wbits) if self._wbits is not None else None
         self._left = max_bytes + 1  # one byte past the bound is enough to refuse the event
+        # "deflate" is zlib-wrapped by the RFC, raw from some servers: the first bytes tell.
+        self._raw_possible = coding == "deflate"
+
+    def _first_deflate(self, chunk: bytes) -> bytes:
+        self._raw_possible = False
+        try:
+            return self.feed(chunk)
+        except UpstreamBroken:
+            self._wbits = -zlib.MAX_WBITS
+            self._zlib = zlib.decompressobj(self._wbits)
+            return self.feed(chunk)
 
     @property
     def full(self) -> bool:
@@ -129,6 +176,8 @@ class _Decoder:
             return piece
         out = bytearray()
         data = chunk
+        if self._raw_possible:
+            return self._first_deflate(chunk)
         try:
             while data and self._left > 0:
                 piece = self._zlib.decompress(data, self._left)
@@ -193,11 +242,15 @@ async def no_body() -> AsyncIterator[bytes]:
 
 
 def late_body(
-    response: UpstreamResponse, request_ids: Sequence[jsonrpc.JSONRPCId], *, max_bytes: int
+    response: UpstreamResponse,
+    request_ids: Sequence[jsonrpc.JSONRPCId],
+    *,
+    max_bytes: int,
+    deadline: float | None = None,
 ) -> AsyncIterator[bytes]:
     """What a committed stream carries of an answer that came after the client got its 200."""
     if is_event_stream(response):
         return response.chunks()
     if upgradable(response):
-        return json_as_events(response, max_bytes=max_bytes)
+        return json_as_events(response, max_bytes=max_bytes, deadline=deadline)
     return status_error_events(request_ids, response.status)

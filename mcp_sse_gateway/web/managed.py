@@ -104,7 +104,7 @@ def upgrades(
     """
     if not request.app[SETTINGS].sse.upgrade_json or not messages or len(messages) != 1:
         return False
-    if body is None or body.lstrip()[:1] == b"[":
+    if body is None or jsonrpc.is_batch(body):
         return False
     message = messages[0]
     return (

@@ -101,7 +101,7 @@ def _task_surface(
     settings = request.app[SETTINGS].tasks
     if not settings.enabled or session_id is not None or request.method != "POST":
         return None
-    if not body or not messages or len(messages) != 1 or body.lstrip()[:1] == b"[":
+    if not body or not messages or len(messages) != 1 or jsonrpc.is_batch(body):
         return None
     message = messages[0]
     params = message.get("params")
