@@ -244,7 +244,8 @@ class Tasks:
                     ),
                 )
                 if failed is not None:
-                    log.warning("task.orphaned", task=task_id[:8])
+                    self._ctx.metrics.tasks_settled.labels("failed").inc()
+                    log.warning("task.orphaned", task=task_id[:8], owner=owner[:8])
                     return failed
                 record = await self._read(task_id, owns)
         return record
