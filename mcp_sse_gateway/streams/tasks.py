@@ -32,6 +32,7 @@ import structlog
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import SSEError, StoreError, UpstreamError
 from mcp_sse_gateway.sse import SSEDecoder
+from mcp_sse_gateway.store.base import TASK_SCOPE, session_digest
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.task_record import (
     Outcome,
@@ -49,6 +50,9 @@ MAX_WRITE_ATTEMPTS = 16
 REPLICA_GONE = "The gateway replica running the task stopped before the call ended (gateway)"
 SHUT_DOWN = "The gateway shut down before the call ended (gateway)"
 NO_ANSWER = "The upstream answered no JSON-RPC response to the call (gateway)"
+OUTCOME_LOST = "The gateway could not store the call's outcome (gateway)"
+#: Delays between attempts to store a round's outcome while the store is down, seconds.
+SETTLE_RETRY_S = (0.5, 1.0, 2.0, 4.0)
 
 
 #: Whether the request at hand presents the credentials a task's binding was made of (D8).
@@ -70,6 +74,8 @@ class Tasks:
         self._ctx = ctx
         # task id -> the round running on this replica
         self._running: dict[str, asyncio.Task[None]] = {}
+        # task ids whose round this replica is about to start (record written, round not yet)
+        self._starting: set[str] = set()
 
     @property
     def running(self) -> int:
@@ -91,6 +97,7 @@ class Tasks:
         *first* is a round already running (started by :meth:`first_round`), else one starts.
 
         Raises:
+            GatewayBusy: this replica runs ``server.max_pumps`` rounds and pumps already.
             StoreError: the store refused or is down (nothing runs upstream then).
         """
         settings = self._ctx.settings.tasks
@@ -102,6 +109,7 @@ class Tasks:
             poll_ms=settings.poll_interval_ms,
         )
         try:
+            self._ctx.check_pump_capacity(standalone=False)  # a task's round is a pump's peer
             if first is not None and first.done() and not first.cancelled():
                 # Answered already (an after_input tool's quick result): stored settled.
                 record = record.settled(first.result())
@@ -115,7 +123,7 @@ class Tasks:
         if not created:  # 128 random bits collided: never in practice
             raise StoreError("task id already taken")
         self._ctx.metrics.tasks_created.inc()
-        log.info("task.created", task=record.task_id[:8], status=record.status)
+        log.info("task.created", task=_log_id(record.task_id), status=record.status)
         if record.terminal:
             self._ctx.metrics.tasks_settled.labels(record.status).inc()
         else:
@@ -167,7 +175,17 @@ class Tasks:
             raise
         finally:
             upstream.cancel()
-        await self._settle(task_id, outcome)
+        for delay_s in (*SETTLE_RETRY_S, None):
+            try:
+                await self._settle(task_id, outcome)
+            except StoreError:
+                if delay_s is None:
+                    # A later tasks/get on this replica fails the task (OUTCOME_LOST).
+                    log.warning("task.outcome_lost", task=_log_id(task_id))
+                    return
+                await asyncio.sleep(delay_s)
+            else:
+                return
 
     async def _ask(self, call: UpstreamCall, body: bytes) -> Outcome:
         """Send the ``tools/call`` upstream and read its one JSON-RPC response.
@@ -232,23 +250,32 @@ class Tasks:
             StoreError: the store is down.
         """
         record = await self._read(task_id, owns)
-        if record.status == "working" and record.owner and record.owner != self._ctx.replica_id:
-            owner = record.owner
-            if not await self._ctx.store.replica_alive(owner):
-                failed = await self._change(
-                    task_id,
-                    lambda r: (
-                        r.settled(gateway_error(REPLICA_GONE))
-                        if r.status == "working" and r.owner == owner
-                        else None
-                    ),
-                )
-                if failed is not None:
-                    self._ctx.metrics.tasks_settled.labels("failed").inc()
-                    log.warning("task.orphaned", task=task_id[:8], owner=owner[:8])
-                    return failed
-                record = await self._read(task_id, owns)
-        return record
+        if record.status != "working" or not record.owner:
+            return record
+        owner = record.owner
+        if owner == self._ctx.replica_id:
+            # This replica's round: running, starting, or ended without settling (the store
+            # was down when it tried): the outcome is lost then.
+            if task_id in self._running or task_id in self._starting:
+                return record
+            reason = OUTCOME_LOST
+        elif not await self._ctx.store.replica_alive(owner):
+            reason = REPLICA_GONE
+        else:
+            return record
+        failed = await self._change(
+            task_id,
+            lambda r: (
+                r.settled(gateway_error(reason))
+                if r.status == "working" and r.owner == owner
+                else None
+            ),
+        )
+        if failed is None:
+            return await self._read(task_id, owns)
+        self._ctx.metrics.tasks_settled.labels("failed").inc()
+        log.warning("task.orphaned", task=_log_id(task_id), owner=owner[:8])
+        return failed
 
     async def cancel(self, task_id: str, owns: Owns) -> None:
         """Cancel the task (idempotent: a terminal task stays as it is).
@@ -261,7 +288,7 @@ class Tasks:
         changed = await self._change(task_id, lambda r: None if r.terminal else r.cancelled())
         if changed is not None and changed.status == "cancelled":
             self._ctx.metrics.tasks_settled.labels("cancelled").inc()
-            log.info("task.settled", task=task_id[:8], status="cancelled")
+            log.info("task.settled", task=_log_id(task_id), status="cancelled")
             running = self._running.get(task_id)
             if running is not None:
                 running.cancel("task cancelled")
@@ -280,13 +307,17 @@ class Tasks:
         """
         await self._read(task_id, owns)
         me = self._ctx.replica_id
-        changed = await self._change(
-            task_id,
-            lambda r: r.answered(responses, me) if r.status == "input_required" else None,
-        )
-        if changed is not None and changed.status == "working":
-            log.info("task.input_answered", task=task_id[:8])
-            self._start_round(task_id, call, changed.reissued())
+        self._starting.add(task_id)
+        try:
+            changed = await self._change(
+                task_id,
+                lambda r: r.answered(responses, me) if r.status == "input_required" else None,
+            )
+            if changed is not None and changed.status == "working":
+                log.info("task.input_answered", task=_log_id(task_id))
+                self._start_round(task_id, call, changed.reissued())
+        finally:
+            self._starting.discard(task_id)
 
     async def _settle(self, task_id: str, outcome: Outcome) -> None:
         """End a round: the task takes *outcome* unless it was settled meanwhile."""
@@ -298,7 +329,7 @@ class Tasks:
         if changed is not None:
             if changed.terminal:
                 self._ctx.metrics.tasks_settled.labels(changed.status).inc()
-            log.info("task.settled", task=task_id[:8], status=changed.status)
+            log.info("task.settled", task=_log_id(task_id), status=changed.status)
 
     async def _read(self, task_id: str, owns: Owns) -> TaskRecord:
         found = await self._ctx.store.get_task(task_id)
@@ -345,6 +376,11 @@ class Tasks:
 
 #: What a running round sees of its record while the store is down: go on.
 _STILL_RUNNING = TaskRecord("", "working", "", "", 1, 1, "", "", {})
+
+
+def _log_id(task_id: str) -> str:
+    """What log lines show of a task id: a digest (the id itself reads the task)."""
+    return session_digest(TASK_SCOPE + task_id)[:12]
 
 
 def _call_for(call: UpstreamCall, request: dict[str, Any]) -> UpstreamCall:
