@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from mcp_sse_gateway.config.defaults import (
     DEFAULT_TASK_INPUT_WAIT_MS,
@@ -57,6 +57,14 @@ class TasksSettings(Section):
         default=DEFAULT_TASK_RUN_TIMEOUT_S,
         description="How long one upstream round of a task may run before the task fails, seconds.",
     )
+
+    @model_validator(mode="after")
+    def _rounds_end_before_records(self) -> TasksSettings:
+        # A round that outlived its record would have nowhere to put its result.
+        if self.run_timeout_s * 1000 >= self.default_ttl_ms:
+            raise ValueError("run_timeout_s must be shorter than default_ttl_ms")
+        return self
+
     tools: dict[str, TaskSupport] = Field(
         default_factory=dict,
         description="Task support per tool name: optional, required or after_input. Tools not "

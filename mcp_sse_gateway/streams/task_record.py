@@ -13,6 +13,7 @@ Statuses: ``working`` → ``input_required`` ⇄ ``working`` → one of ``comple
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -31,6 +32,8 @@ MODERN_ERA = "2026-07-28"
 #: a capability the client did not declare (SEP-2575).
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021
+
+_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 Status = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -246,7 +249,12 @@ def is_modern(params: Any, header_version: str | None) -> bool:
     version = meta.get(META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
     if not isinstance(version, str):
         version = header_version
-    return isinstance(version, str) and version >= MODERN_ERA
+    # Versions are dates (YYYY-MM-DD): compared as such, anything else is not modern.
+    return (
+        isinstance(version, str)
+        and _VERSION.fullmatch(version) is not None
+        and (version >= MODERN_ERA)
+    )
 
 
 def missing_capability(request_id: jsonrpc.JSONRPCId | None) -> dict[str, Any]:

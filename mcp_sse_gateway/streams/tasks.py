@@ -31,8 +31,8 @@ import structlog
 
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import SSEError, StoreError, UpstreamError
-from mcp_sse_gateway.sse import SSEDecoder
 from mcp_sse_gateway.store.base import TASK_SCOPE, session_digest
+from mcp_sse_gateway.streams.answers import jsonrpc_response
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.task_record import (
     Outcome,
@@ -211,24 +211,13 @@ class Tasks:
             return gateway_error("The upstream's answer is too large or malformed (gateway)")
 
     async def _answer(self, response: UpstreamResponse) -> Outcome:
-        """The outcome in *response*: its JSON-RPC response, from a JSON body or an SSE stream."""
+        """The outcome in *response*: its JSON-RPC response (JSON or SSE), else an error."""
         limit = self._ctx.settings.store.max_event_bytes
-        if is_event_stream(response):
-            decoder = SSEDecoder(max_event_bytes=limit)
-            async for chunk in response.chunks():
-                for event in decoder.feed(chunk):
-                    message = _response_in(event.data) if event.data else None
-                    if message is not None:
-                        return Outcome.of_response(message)
-            return gateway_error(NO_ANSWER)
-        body = bytearray()
-        async for chunk in response.chunks():
-            body += chunk
-            if len(body) > limit:
-                return gateway_error("The upstream's answer exceeds store.max_event_bytes")
-        message = _response_in(body.decode("utf-8", "replace"))
+        message = await jsonrpc_response(response, max_bytes=limit)
         if message is not None:
             return Outcome.of_response(message)
+        if is_event_stream(response):
+            return gateway_error(NO_ANSWER)
         return Outcome(
             "error",
             {
@@ -277,6 +266,15 @@ class Tasks:
         log.warning("task.orphaned", task=_log_id(task_id), owner=owner[:8])
         return failed
 
+    async def binding(self, task_id: str, owns: Owns) -> str:
+        """The credential binding of the task (to check the request with the upstream, D8).
+
+        Raises:
+            UnknownTask: no such task for these credentials.
+            StoreError: the store is down.
+        """
+        return (await self._read(task_id, owns)).auth
+
     async def cancel(self, task_id: str, owns: Owns) -> None:
         """Cancel the task (idempotent: a terminal task stays as it is).
 
@@ -306,6 +304,13 @@ class Tasks:
             StoreError: the store is down.
         """
         await self._read(task_id, owns)
+        # Shielded: a client that leaves once the answers are stored must not stop the round
+        # they start (the task would stay working with no round).
+        await asyncio.shield(self._answer_input(task_id, responses, call))
+
+    async def _answer_input(
+        self, task_id: str, responses: dict[str, Any], call: UpstreamCall
+    ) -> None:
         me = self._ctx.replica_id
         self._starting.add(task_id)
         try:
@@ -402,18 +407,3 @@ def _decode(text: str) -> TaskRecord | None:
     except ValueError:
         log.warning("task.record_unreadable")
         return None
-
-
-def _response_in(data: str) -> dict[str, Any] | None:
-    """The JSON-RPC response (result or error) in *data*, or None."""
-    try:
-        message = json.loads(data)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-    if (
-        isinstance(message, dict)
-        and "id" in message
-        and ("result" in message or "error" in message)
-    ):
-        return message
-    return None

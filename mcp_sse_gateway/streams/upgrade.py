@@ -30,8 +30,11 @@ from mcp_sse_gateway.streams.upstream import UpstreamResponse, is_event_stream
 
 __all__ = [
     "EVENT_FRAMING_BYTES",
+    "ContentDecoder",
     "Upgrade",
     "accepts_event_stream",
+    "content_coding",
+    "decodable",
     "json_as_events",
     "late_body",
     "no_body",
@@ -72,13 +75,20 @@ def accepts_event_stream(accept: str | None) -> bool:
     return False
 
 
-def _coding(response: UpstreamResponse) -> str:
+def content_coding(response: UpstreamResponse) -> str:
+    """The response's ``Content-Encoding``, lower case (``identity`` when none)."""
     return (response.header("Content-Encoding") or "identity").strip().lower()
+
+
+def decodable(response: UpstreamResponse) -> bool:
+    """Whether the gateway reads *response*'s content coding (none, gzip, deflate)."""
+    coding = content_coding(response)
+    return coding == "identity" or coding in _DECODERS
 
 
 def upgradable(response: UpstreamResponse) -> bool:
     """A 2xx ``application/json`` answer in a coding the gateway reads (none, gzip, deflate)."""
-    coding = _coding(response)
+    coding = content_coding(response)
     return (
         _OK_MIN <= response.status < _OK_END
         and response.content_type == "application/json"
@@ -103,7 +113,7 @@ async def json_as_events(
         UpstreamBroken: the body broke off, or its coding does not decode.
         UpstreamTimeout: the body was still coming at *deadline*.
     """
-    decoder = _Decoder(_coding(response), max_bytes)
+    decoder = ContentDecoder(content_coding(response), max_bytes)
     yield _DATA
     first = True
     async for chunk in until(response.chunks(), deadline):
@@ -142,8 +152,12 @@ async def until(chunks: AsyncIterator[bytes], deadline: float | None) -> AsyncIt
         yield chunk
 
 
-class _Decoder:
-    """A body's content coding undone, at most *max_bytes* + 1 bytes of it."""
+class ContentDecoder:
+    """A body's content coding undone (identity, gzip, deflate), at most *max_bytes* + 1 bytes.
+
+    Raises (from :meth:`feed`, :meth:`flush`):
+        UpstreamBroken: the body does not decode, or is truncated.
+    """
 
     __slots__ = ("_left", "_raw_possible", "_wbits", "_zlib")
 

@@ -159,17 +159,21 @@ class Authorizer:
         self,
         request: web.Request,
         *,
-        session_id: str,
+        session_id: str | None,
         binding: str,
         url: object,
         headers: list[tuple[str, str]],
         protocol_version: str | None,
+        scope: str | None = None,
     ) -> web.StreamResponse | None:
         """Check *request*'s credentials before serving it from the store.
 
         Args:
             request: the client's request (its credentials are read from it).
-            session_id: its ``Mcp-Session-Id``.
+            session_id: its ``Mcp-Session-Id``; None for a request of the 2026-07-28 era (a
+                task's, DESIGN D11), whose probe is a self-contained ``ping``.
+            scope: what the check is about, when there is no session (the store's key of the
+                task): checks are cached and shared per scope and credentials.
             binding: the encoded binding of what it asks for (the stream's, else the session's;
                 ``""`` when the gateway has none).
             url: the upstream URL a probe goes to.
@@ -186,7 +190,7 @@ class Authorizer:
         presented = self.presented(request)
         stored = auth.Binding.decode(binding)
         now = time.time()
-        probe_key = (session_digest(session_id), presented.digest)
+        probe_key = (session_digest(scope or session_id or ""), presented.digest)
         # A positive check holds for records of the same creator principal only: the principal
         # rules were applied against that one (a session may hold streams of several users).
         cache_key = (*probe_key, stored.principal if stored is not None else "")
@@ -239,7 +243,11 @@ class Authorizer:
             self._refused("upstream_other")
             raise ResumeForbidden
         self._refused(f"upstream_{answer.status}")
-        if answer.status == HTTPStatus.NOT_FOUND and auth.is_creator(stored, presented):
+        if (
+            session_id is not None
+            and answer.status == HTTPStatus.NOT_FOUND
+            and auth.is_creator(stored, presented)
+        ):
             # The upstream no longer knows the session (it restarted): forget it, as a DELETE's
             # 404 does. Only for the creator: another user's 404 must not end a victim's session.
             with contextlib.suppress(StoreError):
@@ -267,7 +275,7 @@ class Authorizer:
     async def _shared_probe(
         self,
         key: tuple[str, ...],
-        session_id: str,
+        session_id: str | None,
         url: object,
         headers: list[tuple[str, str]],
         protocol_version: str | None,
@@ -293,7 +301,7 @@ class Authorizer:
 
     async def _probe(
         self,
-        session_id: str,
+        session_id: str | None,
         url: object,
         headers: list[tuple[str, str]],
         protocol_version: str | None,

@@ -42,7 +42,11 @@ PROBE_ID_PREFIX = "mcp-sse-gateway/auth-probe/"
 #: "unauthorized", a server error) authorize nothing.
 DISPATCHED_ERRORS = frozenset({-32600, -32601, -32602})
 #: Request headers a probe does not take from the request (it sets its own).
-_NOT_FORWARDED = frozenset({"content-type", "accept", "last-event-id", "content-length"})
+_NOT_FORWARDED = frozenset(
+    {"content-type", "accept", "last-event-id", "content-length", "mcp-method", "mcp-name"}
+)
+#: Where a request of the 2026-07-28 era names its protocol version (SEP-2575).
+MODERN_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +69,36 @@ class ProbeAnswer:
 
 
 def probe_request(
-    session_id: str, protocol_version: str | None
+    session_id: str | None, protocol_version: str | None
 ) -> tuple[str, bytes, dict[str, str]]:
-    """The JSON-RPC id, body and gateway-set headers of one probe: a ``ping`` in the session."""
+    """The JSON-RPC id, body and gateway-set headers of one probe: a ``ping`` in the session.
+
+    Without a session (the 2026-07-28 era: a task's check, DESIGN D11) the era has no ``ping``:
+    the probe is a ``server/discover``, a self-contained request of *protocol_version* with the
+    era's ``_meta`` envelope and ``Mcp-Method`` header (SEP-2575, SEP-2243).
+    """
     probe_id = PROBE_ID_PREFIX + secrets.token_hex(8)
-    body = json.dumps({"jsonrpc": "2.0", "id": probe_id, "method": "ping"}).encode()
+    message: dict[str, object] = {"jsonrpc": "2.0", "id": probe_id, "method": "ping"}
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
-        "Mcp-Session-Id": session_id,
     }
+    if session_id is not None:
+        headers["Mcp-Session-Id"] = session_id
+    else:
+        # The era's envelope (SEP-2575): servers refuse a request without it.
+        message["method"] = "server/discover"
+        message["params"] = {
+            "_meta": {
+                MODERN_VERSION_META: protocol_version,
+                "io.modelcontextprotocol/clientInfo": {"name": "mcp-sse-gateway", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        }
+        headers["Mcp-Method"] = "server/discover"
     if protocol_version:
         headers["MCP-Protocol-Version"] = protocol_version
-    return probe_id, body, headers
+    return probe_id, json.dumps(message).encode(), headers
 
 
 def token_only_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -91,7 +112,7 @@ def token_only_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 async def send_probe(
     upstream: HttpUpstream,
-    session_id: str,
+    session_id: str | None,
     url: object,
     headers: list[tuple[str, str]],
     protocol_version: str | None,
@@ -103,7 +124,7 @@ async def send_probe(
 
     Args:
         upstream: the upstream client.
-        session_id: the session the ping is sent in.
+        session_id: the session the ping is sent in (None: a self-contained request).
         url: the upstream URL.
         headers: the request's upstream headers (its credentials go with the probe).
         protocol_version: the session's recorded version, sent when *headers* carry none.
@@ -113,10 +134,12 @@ async def send_probe(
     Returns:
         The answer: no status when there was none in time (timeout, unreachable).
     """
-    probe_id, body, own = probe_request(session_id, None)
+    probe_id, body, own = probe_request(session_id, None if session_id else protocol_version)
     forwarded = [(n, v) for n, v in headers if n.lower() not in _NOT_FORWARDED]
     if protocol_version and not any(n.lower() == "mcp-protocol-version" for n, _ in forwarded):
         own["MCP-Protocol-Version"] = protocol_version
+    if session_id is None:
+        forwarded = [(n, v) for n, v in forwarded if n.lower() != "mcp-protocol-version"]
     forwarded = [(n, v) for n, v in forwarded if n.lower() != "mcp-session-id"]
     started = time.perf_counter()
     answer: ProbeAnswer | None = None

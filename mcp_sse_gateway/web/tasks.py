@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from http import HTTPStatus
 from typing import Any
 
@@ -32,10 +31,13 @@ import structlog
 from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.errors import SSEError, UpstreamError
 from mcp_sse_gateway.headers import client_response_headers
-from mcp_sse_gateway.sse import SSEDecoder
+from mcp_sse_gateway.store.base import TASK_SCOPE
+from mcp_sse_gateway.streams.answers import jsonrpc_response
 from mcp_sse_gateway.streams.task_record import (
     HEADER_MISMATCH,
+    MODERN_ERA,
     TASKS_EXTENSION,
     declares_tasks,
     is_modern,
@@ -44,6 +46,7 @@ from mcp_sse_gateway.streams.task_record import (
 from mcp_sse_gateway.streams.tasks import UnknownTask
 from mcp_sse_gateway.streams.upstream import BODY_HEADERS, UpstreamCall, is_event_stream
 from mcp_sse_gateway.web.keys import AUTHORIZER, SETTINGS, STREAMS, UPSTREAM
+from mcp_sse_gateway.web.passthrough import relay_response
 
 log = structlog.get_logger("mcp_sse_gateway.tasks")
 
@@ -83,7 +86,7 @@ async def serve(
     if method in REMOVED_METHODS:
         return _error(rid, METHOD_NOT_FOUND, "Method not found")
     if method == "server/discover":
-        return await _discover(request, call, body)
+        return await _discover(request, call, body, rid)
     binding, creator = request.app[AUTHORIZER].binding(request)
     call = dataclasses.replace(call, auth=binding, creator=creator)
     if method == "tools/call":
@@ -110,6 +113,8 @@ def _task_surface(
     ):
         return None
     method = message.get("method")
+    if not isinstance(method, str):
+        return None  # not a request the surface knows: the upstream answers it
     if method in TASK_METHODS or method in REMOVED_METHODS or method == "server/discover":
         return message
     tool = params.get("name") if method == "tools/call" and isinstance(params, dict) else None
@@ -173,6 +178,19 @@ async def _task_method(
 
     tasks = request.app[STREAMS].tasks
     try:
+        # Served from the store only to what the upstream accepts now (D8): the creator's
+        # credentials, checked with the upstream like a resume (an expired JWT is asked about).
+        refused = await authorizer.authorize(
+            request,
+            session_id=None,
+            binding=await tasks.binding(task_id, owns),
+            url=call.url,
+            headers=call.headers,
+            protocol_version=request.headers.get("MCP-Protocol-Version") or MODERN_ERA,
+            scope=TASK_SCOPE + task_id,
+        )
+        if refused is not None:
+            return refused
         if method == "tasks/get":
             result = (await tasks.get(task_id, owns)).detailed()
         elif method == "tasks/cancel":
@@ -186,54 +204,40 @@ async def _task_method(
     return _result(rid, result)
 
 
-async def _discover(request: web.Request, call: UpstreamCall, body: bytes) -> web.StreamResponse:
-    """Relay ``server/discover``, adding the extension to the upstream's capabilities."""
-    settings = request.app[SETTINGS]
-    limit = settings.store.max_event_bytes
+async def _discover(
+    request: web.Request, call: UpstreamCall, body: bytes, rid: Any
+) -> web.StreamResponse:
+    """Relay ``server/discover``, adding the extension to the upstream's capabilities.
+
+    A 2xx answer (JSON, or an SSE stream read until its response) is answered as JSON with
+    the extension added; anything else is relayed as it is (a 401 with its challenge, say).
+    """
+    limit = request.app[SETTINGS].store.max_event_bytes
     response = await request.app[UPSTREAM].open("POST", call.url, call.headers, body)
     async with response:
-        raw = bytearray()
-        async for chunk in response.chunks():
-            raw += chunk
-            if len(raw) > limit:
-                break
+        if not HTTPStatus.OK <= response.status < HTTPStatus.MULTIPLE_CHOICES or (
+            response.content_type != "application/json" and not is_event_stream(response)
+        ):
+            return await relay_response(request, response)
+        try:
+            message = await jsonrpc_response(response, max_bytes=limit)
+        except (UpstreamError, SSEError):
+            message = None
+        if message is None:
+            text = "The upstream's discover answer is not a JSON-RPC response"
+            return _error(rid, jsonrpc.UPSTREAM_HTTP_ERROR, text, HTTPStatus.BAD_GATEWAY)
+        result = message.get("result")
+        capabilities = result.setdefault("capabilities", {}) if isinstance(result, dict) else None
+        if isinstance(capabilities, dict):
+            extensions = capabilities.setdefault("extensions", {})
+            if isinstance(extensions, dict):
+                extensions.setdefault(TASKS_EXTENSION, {})
         headers = {
             n: v
             for n, v in client_response_headers(list(response.headers), keep_length=False)
             if n.lower() not in BODY_HEADERS
         }
-        message = _discover_answer(bytes(raw), event_stream=is_event_stream(response))
-        if message is None or len(raw) > limit:
-            # Not what a discover answer is: relayed as the upstream sent it.
-            return web.Response(
-                status=response.status,
-                body=bytes(raw),
-                headers={**headers, "Content-Type": response.content_type},
-            )
-        capabilities = message["result"].setdefault("capabilities", {})
-        if isinstance(capabilities, dict):
-            extensions = capabilities.setdefault("extensions", {})
-            if isinstance(extensions, dict):
-                extensions.setdefault(TASKS_EXTENSION, {})
         return web.json_response(message, status=response.status, headers=headers)
-
-
-def _discover_answer(raw: bytes, *, event_stream: bool) -> dict[str, Any] | None:
-    """The JSON-RPC response with a result object in a discover answer (JSON or SSE), or None."""
-    datas: list[str]
-    if event_stream:
-        decoder = SSEDecoder(max_event_bytes=len(raw) + 1)
-        datas = [e.data for e in decoder.feed(raw) if e.data]
-    else:
-        datas = [raw.decode("utf-8", "replace")]
-    for data in datas:
-        try:
-            message = json.loads(data)
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(message, dict) and isinstance(message.get("result"), dict):
-            return message
-    return None
 
 
 def _result(rid: Any, result: dict[str, Any]) -> web.Response:

@@ -10,12 +10,15 @@ that every key it wrote expires). The client is raw HTTP of the 2026-07-28 era
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import select
 import subprocess
 import sys
 import threading
 import time
 import tomllib
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from tests.support import modern_client as mc
 from tests.support.mcp_http import open_session
 from tests.support.processes import stop_popen
 from tests.support.sse_client import json_messages, read_events
+from tests.support.waiting import eventually
 
 TASKS_TOML = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "tasks.toml"
 TASKS = tomllib.loads(TASKS_TOML.read_text())["tasks"]
@@ -278,3 +282,118 @@ async def test_tasks_off_relays_everything(example, gateway, http):
             await mc.call(http, gw.mcp_url, "tasks/get", {"taskId": "x"})
     assert "taskId" not in sync
     assert upstream_said.value.code != jsonrpc.UPSTREAM_STREAM_BROKEN  # the upstream's answer
+
+
+def _jwt(exp: int) -> str:
+    """An unsigned JWT of ``alice`` expiring at *exp* (the gateway reads its claims)."""
+
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part({'sub': 'alice', 'exp': exp})}.c2ln"
+
+
+async def test_an_expired_token_is_asked_about_and_the_upstreams_refusal_relayed(
+    upstream, gateway, http
+):
+    async def refuse_expired(request: web.Request) -> web.StreamResponse:
+        message = await request.json()
+        if message.get("method") == "server/discover":  # the gateway's check, past exp
+            return web.json_response(
+                {"error": "expired"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
+        result = {"content": [{"type": "text", "text": "done"}]}
+        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    upstream.answer_pings = False
+    upstream.routes["/mcp"] = refuse_expired
+    exp = int(time.time()) + 1
+    token = {"Authorization": f"Bearer {_jwt(exp)}"}
+    async with gateway(upstream.url, tasks=SETTINGS) as gw:
+        created = await mc.call(
+            http, gw.mcp_url, "tools/call", {"name": "slow_compute"}, headers=token
+        )
+        task = {"taskId": created["taskId"]}
+        fresh = await mc.call(http, gw.mcp_url, "tasks/get", task, headers=token)
+        await eventually(lambda: time.time() > exp, timeout_s=5)
+        body = mc.request_body("tasks/get", task)
+        headers = {**mc.request_headers("tasks/get", task), **token}
+        async with http.post(gw.mcp_url, json=body, headers=headers) as refused:
+            status, challenge = refused.status, refused.headers.get("WWW-Authenticate")
+    assert fresh["status"] in {"working", "completed"}
+    assert status == 401
+    assert challenge == 'Bearer error="invalid_token"'
+
+
+def _gzip(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+async def test_compressed_and_streamed_answers_are_read_as_clients_read_them(
+    upstream, gateway, http
+):
+    never_ends = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        message = await request.json()
+        reply = {"jsonrpc": "2.0", "id": message["id"]}
+        if message["method"] == "server/discover":
+            # An SSE stream that stays open after its response.
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            result = {**reply, "result": {"capabilities": {}}}
+            await response.write(f"data: {json.dumps(result)}\n\n".encode())
+            await never_ends.wait()
+            return response
+        result = {**reply, "result": {"content": [{"type": "text", "text": "zipped"}]}}
+        return web.Response(
+            body=_gzip(json.dumps(result).encode()),
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+
+    upstream.routes["/mcp"] = answer
+    try:
+        async with gateway(upstream.url, tasks=SETTINGS) as gw:
+            discovered = await asyncio.wait_for(mc.call(http, gw.mcp_url, "server/discover"), 5)
+            created = await mc.call(http, gw.mcp_url, "tools/call", {"name": "slow_compute"})
+            done = await mc.poll(http, gw.mcp_url, created["taskId"])
+    finally:
+        never_ends.set()
+    assert mc.TASKS in discovered["capabilities"]["extensions"]
+    assert _text(done) == "zipped"
+
+
+async def test_a_discover_answer_the_gateway_cannot_read_is_relayed_or_a_502(
+    upstream, gateway, http
+):
+    async def refuse(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            status=401,
+            body=_gzip(b'{"error": "no"}'),
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+
+    upstream.routes["/mcp"] = refuse
+    async with gateway(upstream.url, tasks=SETTINGS) as gw:
+        body = mc.request_body("server/discover")
+        headers = {**mc.request_headers("server/discover", None), "Accept-Encoding": "gzip"}
+        async with http.post(gw.mcp_url, json=body, headers=headers) as response:
+            status, decoded = response.status, await response.json()
+    assert status == 401
+    assert decoded == {"error": "no"}  # relayed with its Content-Encoding: the client decodes
+
+
+@pytest.mark.parametrize("method", [["tasks/get"], {"a": 1}, 7, None])
+async def test_a_request_whose_method_is_not_a_string_is_the_upstreams(
+    example, gateway, http, method
+):
+    async with gateway(example, tasks=SETTINGS) as gw:
+        body = {**mc.request_body("tasks/get", {"taskId": "x"}), "method": method}
+        headers = mc.request_headers("tasks/get", {"taskId": "x"})
+        del headers["Mcp-Method"]
+        async with http.post(gw.mcp_url, json=body, headers=headers) as response:
+            status = response.status
+    assert status < 500

@@ -68,7 +68,8 @@ def _ping_id(body: bytes) -> Any:
         return None
     if (
         isinstance(message, dict)
-        and message.get("method") == "ping"
+        # A session's probe is a ping; a 2026-07-28 request's, a server/discover.
+        and message.get("method") in {"ping", "server/discover"}
         and str(message.get("id", "")).startswith(PROBE_ID_PREFIX)
     ):
         return message["id"]
