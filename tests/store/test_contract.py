@@ -252,16 +252,18 @@ async def _session_gone(store, session_id: str) -> bool:
 
 
 async def test_open_streams_of_a_used_session_stay(make_store):
-    store = make_store(session_idle_ttl_s=SHORT_TTL_S)
+    # A TTL long enough that a loaded machine never leaves a gap of it between two uses.
+    ttl_s = 1.0
+    store = make_store(session_idle_ttl_s=ttl_s)
     idle, used = new_life(), new_life()
     await store.create_stream("s", idle, kind="standalone", owner="r1")
     await store.append("s", idle, "kept", None)
     await store.create_stream("s", used, kind="request", owner="r1")
     loop = asyncio.get_running_loop()
-    until = loop.time() + 3 * SHORT_TTL_S
+    until = loop.time() + 3 * ttl_s
     while loop.time() < until:
         await store.append("s", used, "x", None)
-        await asyncio.sleep(SHORT_TTL_S / 10)
+        await asyncio.sleep(ttl_s / 20)
     assert [e.data for e in (await store.read("s", idle, 0, 10)).events] == ["kept"]
 
 
