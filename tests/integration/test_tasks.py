@@ -309,7 +309,7 @@ async def test_an_expired_token_is_asked_about_and_the_upstreams_refusal_relayed
 
     upstream.answer_pings = False
     upstream.routes["/mcp"] = refuse_expired
-    exp = int(time.time()) + 1
+    exp = int(time.time()) + 3  # whole seconds: at least 2 s to create and read the task
     token = {"Authorization": f"Bearer {_jwt(exp)}"}
     async with gateway(upstream.url, tasks=SETTINGS) as gw:
         created = await mc.call(
@@ -317,7 +317,7 @@ async def test_an_expired_token_is_asked_about_and_the_upstreams_refusal_relayed
         )
         task = {"taskId": created["taskId"]}
         fresh = await mc.call(http, gw.mcp_url, "tasks/get", task, headers=token)
-        await eventually(lambda: time.time() > exp, timeout_s=5)
+        await eventually(lambda: time.time() > exp, timeout_s=10)
         body = mc.request_body("tasks/get", task)
         headers = {**mc.request_headers("tasks/get", task), **token}
         async with http.post(gw.mcp_url, json=body, headers=headers) as refused:
