@@ -37,9 +37,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: Open files the scale scenarios want per process: a proxy holding 10,000 streams has a client
+#: and an upstream socket for each.
+WANTED_NOFILE = 65_536
+
+
 def raise_nofile_limit() -> int:
-    """Raise this process's (and its future children's) open-file limit to the hard limit."""
+    """Raise this process's (and its future children's) open-file limit as far as allowed.
+
+    Up to :data:`WANTED_NOFILE` when the hard limit is lower and this process may raise it
+    (root), else to the hard limit. Returns the soft limit now.
+    """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < WANTED_NOFILE:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (WANTED_NOFILE, WANTED_NOFILE))
+            return WANTED_NOFILE
     if hard != resource.RLIM_INFINITY and soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         return hard

@@ -1,13 +1,14 @@
 """Where a target's proxy process spends its time under load, with py-spy.
 
 ``python -m bench.profile [--target gateway-redis] [--streams 10] [--seconds 10]
-[--interval-ms 0] [--count 999] [--example] [--out DIR]`` starts the synthetic upstream (or, with
-``--example``, the SDK example server) and the target, keeps ``--streams`` tool calls going
-(saturated, or one notification every ``--interval-ms``) for ``--seconds`` while
-``py-spy record`` samples the proxy (the target's first pid), then prints the functions with
-the most samples (own time, and inclusive) and writes the raw collapsed stacks and a flame
-graph (SVG) to ``--out``. Needs ``py-spy`` (``pip install py-spy``) and the right to ptrace
-the child (root, or ``kernel.yama.ptrace_scope`` 0).
+[--interval-ms 0] [--count 999] [--after-s 0] [--example] [--out DIR]`` starts the synthetic
+upstream (or, with ``--example``, the SDK example server) and the target, keeps ``--streams``
+tool calls going (saturated, or one notification every ``--interval-ms``) for ``--seconds``
+while ``py-spy record`` samples the proxy (the target's first pid; from ``--after-s`` on, to see
+the steady state rather than the streams' creation), then prints the functions with the most
+samples (own time, and inclusive) and writes the raw collapsed stacks and a flame graph (SVG) to
+``--out``. Needs ``py-spy`` (``pip install py-spy``) and the right to ptrace the child (root, or
+``kernel.yama.ptrace_scope`` 0).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -109,6 +111,12 @@ async def _profile(args: argparse.Namespace, spy: str) -> int:
                 await _load(running.url, min(args.streams, 10), 1.0, 0, 99)  # warm up
                 record = [spy, "record", "--pid", str(running.pids[0]), "--rate", "200"]
                 record += ["--duration", str(int(args.seconds)), "--nonblocking"]
+                load = asyncio.ensure_future(
+                    _load(running.url, args.streams, args.seconds, args.interval_ms, args.count)
+                )
+                # Let the streams get going first: sample the steady state, not their creation.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(load), args.after_s)
                 async with (
                     child_process(
                         "py-spy-raw", [*record, "-f", "raw", "-o", str(collapsed)], workdir=workdir
@@ -117,9 +125,7 @@ async def _profile(args: argparse.Namespace, spy: str) -> int:
                         "py-spy-svg", [*record, "-o", str(svg)], workdir=workdir
                     ) as flame,
                 ):
-                    events = await _load(
-                        running.url, args.streams, args.seconds, args.interval_ms, args.count
-                    )
+                    events = await load
                     async with asyncio.timeout(60):
                         await raw.process.wait()
                         await flame.process.wait()
@@ -138,6 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--interval-ms", type=float, default=0.0, help="0: saturated")
     parser.add_argument("--count", type=int, default=999, help="notifications per call")
+    parser.add_argument(
+        "--after-s",
+        type=float,
+        default=0.0,
+        help="start sampling this long after the calls started (0: at once)",
+    )
     parser.add_argument(
         "--example", action="store_true", help="the SDK example server as the upstream"
     )

@@ -328,6 +328,21 @@ def _plots(outcome: Outcome, out: Path, stamp: str) -> str:
         )
         if path is not None:
             text += f"\n![replay time vs missed events]({path.name})\n"
+    for key, title, ylabel, logy in (
+        ("sweep_late", "Events more than 1 s late vs concurrent streams", "late events", False),
+        ("sweep_lag", "Largest lag vs concurrent streams", "max lag, ms", True),
+    ):
+        if key in outcome.plots:
+            path = plot_series(
+                outcome.plots[key],
+                out / f"{stamp}-{key.replace('_', '-')}.png",
+                title=title,
+                xlabel="concurrent streams",
+                ylabel=ylabel,
+                logy=logy,
+            )
+            if path is not None:
+                text += f"\n![{title.lower()}]({path.name})\n"
     return text
 
 

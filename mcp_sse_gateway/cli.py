@@ -171,6 +171,7 @@ def _healthcheck(settings: Settings, *, ready: bool = False) -> int:
 
 
 async def _serve(settings: Settings, tracing: Tracing = NO_TRACING) -> int:
+    from mcp_sse_gateway.runtime import raise_open_files_limit, tune_gc
     from mcp_sse_gateway.server import run_gateway
     from mcp_sse_gateway.web.app import drain
 
@@ -185,8 +186,10 @@ async def _serve(settings: Settings, tracing: Tracing = NO_TRACING) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
+    raise_open_files_limit()
     try:
         async with run_gateway(settings, tracing=tracing) as running:
+            tune_gc(settings.server.gc_young_threshold)
             await stop.wait()
             log.info("shutdown.started", drain_timeout_s=settings.server.drain_timeout_s)
             await drain(running.app, force=force)

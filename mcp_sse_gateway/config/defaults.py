@@ -93,5 +93,12 @@ DEFAULT_MAX_HEADER_BYTES = 8190
 #: Each open stream costs a few tens of KiB; 10,000 stays within a container's memory.
 DEFAULT_MAX_CONCURRENT_REQUESTS = 10_000
 DEFAULT_MAX_PUMPS = 10_000
+#: Enough to keep both cores busy opening streams, few enough that one event-loop turn stays
+#: short while thousands wait (bench: scale).
+DEFAULT_MAX_OPENING_STREAMS = 16
+#: 700 by default in Python: at thousands of streams, young collections promote every waiting
+#: stream's objects, and the full collections that follow pause the loop for 0.3 s each
+#: (docs/decisions.md, "Cost at scale").
+DEFAULT_GC_YOUNG_THRESHOLD = 20_000
 #: Sixteen bodies of the largest size at once; tool calls' bodies are small.
 DEFAULT_MAX_BUFFERED_BODY_BYTES = 256 * MIB

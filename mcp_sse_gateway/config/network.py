@@ -12,6 +12,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_GC_YOUNG_THRESHOLD,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_HEADERS_TIMEOUT_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
@@ -20,6 +21,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_HEADERS,
+    DEFAULT_MAX_OPENING_STREAMS,
     DEFAULT_MAX_PUMPS,
 )
 from mcp_sse_gateway.config.fields import PositiveSeconds, Section
@@ -122,6 +124,20 @@ class ServerSettings(Section):
         gt=0,
         description="Upstream streams read at once by this replica (request and standalone "
         "pumps); a new stream beyond: 503 + Retry-After, running ones untouched.",
+    )
+    max_opening_streams: int = Field(
+        default=DEFAULT_MAX_OPENING_STREAMS,
+        ge=0,
+        description="New streams opened at once (created, sent upstream, until its headers or "
+        "10 ms); more wait their turn, so running streams keep flowing through a burst of new "
+        "calls. 0: no bound.",
+    )
+    gc_young_threshold: int = Field(
+        default=DEFAULT_GC_YOUNG_THRESHOLD,
+        ge=0,
+        description="Python's garbage collector: new objects between two young collections "
+        "(Python's default: 700). Higher keeps collections from pausing thousands of streams; "
+        "0 leaves Python's settings as they are.",
     )
     drain_timeout_s: PositiveSeconds = Field(
         default=DEFAULT_DRAIN_TIMEOUT_S,

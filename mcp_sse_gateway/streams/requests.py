@@ -30,6 +30,7 @@ from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.life import StreamLife
+from mcp_sse_gateway.streams.openings import Openings
 from mcp_sse_gateway.streams.pump import Chunks, PumpResult, pending_errors, run_pump
 from mcp_sse_gateway.streams.upgrade import (
     EVENT_FRAMING_BYTES,
@@ -68,6 +69,7 @@ class RequestStreams:
 
     def __init__(self, ctx: StreamContext) -> None:
         self._ctx = ctx
+        self._openings = Openings(ctx.settings.server.max_opening_streams)
 
     def stream(self, session_id: str, life: str) -> StreamLife:
         """The stream life *life* of the session in this process (for a connection to read)."""
@@ -108,10 +110,29 @@ class RequestStreams:
             StoreLimitExceeded: the session holds ``max_streams_per_session`` open streams.
             UpstreamError: the upstream failed before its response headers (502).
         """
-        if request_ids:
-            # Only a request starts a pump; notifications and answers to the server's requests
-            # (which running calls wait for) always go through.
-            self._ctx.check_pump_capacity(standalone=False)
+        if not request_ids:
+            return await self._open_post(session_id, call, body, request_ids, method=method)
+        # Only a request starts a pump; notifications and answers to the server's requests
+        # (which running calls wait for) always go through, and never wait for an opening.
+        self._ctx.check_pump_capacity(standalone=False)
+        release = await self._openings.enter()
+        try:
+            return await self._open_post(
+                session_id, call, body, request_ids, method=method, upgrade_wait_s=upgrade_wait_s
+            )
+        finally:
+            release()
+
+    async def _open_post(
+        self,
+        session_id: str,
+        call: UpstreamCall,
+        body: bytes | None,
+        request_ids: list[jsonrpc.JSONRPCId],
+        *,
+        method: str | None,
+        upgrade_wait_s: float | None = None,
+    ) -> Opened:
         # The request's span: the stream's span and its resumes link to it.
         origin = _Origin(self._ctx.tracing.origin(), time.time_ns(), method)
         life = (

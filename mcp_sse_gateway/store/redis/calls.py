@@ -156,9 +156,7 @@ class Calls:
             raise StoreUnavailable("the Redis event store cannot be reached") from exc
         except REFUSED_ERRORS as exc:
             # Also BUSY (a script runs too long), LOADING and any other error reply: refused.
-            if not self._refusing:
-                self._refusing = True
-                log.warning("store.redis_refused", operation=operation, error=type(exc).__name__)
+            self.refused(operation, exc)
             raise StoreUnavailable("the Redis event store refused the command") from exc
         finally:
             self._in_flight -= 1
@@ -168,6 +166,12 @@ class Calls:
         if not self._healthy:
             self._healthy = True
             log.info("store.redis_recovered", url=self._url, operation=operation)
+
+    def refused(self, operation: str, exc: BaseException) -> None:
+        """Redis answered a call with an error reply (logged once until a call succeeds)."""
+        if not self._refusing:
+            self._refusing = True
+            log.warning("store.redis_refused", operation=operation, error=type(exc).__name__)
 
     def _down(self, operation: str, exc: BaseException) -> None:
         if self._healthy:

@@ -94,17 +94,35 @@ class Scripts:
         Raises:
             redis.exceptions.RedisError: as redis-py raises it (the caller maps outages).
         """
-        keep_ms, fresh_ms, channel = self._common
         return await self._scripts[name](
             keys=[keys.index, keys.fresh, *extra_keys],
-            args=[
-                keys.meta_prefix,
-                keys.stream_prefix,
-                keep_ms,
-                fresh_ms,
-                channel,
-                keys.wake_message(""),
-                "1" if refresh else "0",
-                *args,
-            ],
+            args=self._args(keys, args, refresh=refresh),
         )
+
+    def evalsha_args(
+        self,
+        name: str,
+        keys: SessionKeys,
+        extra_keys: Sequence[str] = (),
+        args: Sequence[str | int] = (),
+        *,
+        refresh: bool = True,
+    ) -> list[str | int]:
+        """The arguments of ``EVALSHA`` running script *name* as :meth:`run` would (a pipeline)."""
+        all_keys = [keys.index, keys.fresh, *extra_keys]
+        return [self.sha(name), len(all_keys), *all_keys, *self._args(keys, args, refresh=refresh)]
+
+    def _args(
+        self, keys: SessionKeys, args: Sequence[str | int], *, refresh: bool
+    ) -> list[str | int]:
+        keep_ms, fresh_ms, channel = self._common
+        return [
+            keys.meta_prefix,
+            keys.stream_prefix,
+            keep_ms,
+            fresh_ms,
+            channel,
+            keys.wake_message(""),
+            "1" if refresh else "0",
+            *args,
+        ]

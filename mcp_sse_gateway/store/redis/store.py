@@ -44,6 +44,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEOUT_S, StoreSettings
 from mcp_sse_gateway.store.base import StoreObserver
+from mcp_sse_gateway.store.redis.batches import ScriptBatches
 from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
 from mcp_sse_gateway.store.redis.connections import (
@@ -184,6 +185,10 @@ class RedisStore(SessionStore):
             idle_ms=idle_ms,
             session_cache_s=_session_cache_s(session_idle_ttl_s),
         )
+        if not isinstance(client, RedisCluster):
+            self._appends = ScriptBatches(
+                client, self._scripts, self._calls, operation="append", priority=RUNNING
+            )
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
             client,
@@ -426,6 +431,8 @@ class RedisStore(SessionStore):
         if self._calls.closed:
             return
         self._calls.closed = True
+        if self._appends is not None:
+            await self._appends.close()
         await self._wakeups.close()
         if self._close_clients:
             await close_clients(self._clients)

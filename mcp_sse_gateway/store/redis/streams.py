@@ -16,6 +16,7 @@ import structlog
 
 from mcp_sse_gateway.errors import CursorGone, LeaseLost, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.store.base import Lease, ReadResult, StoredEvent, StreamInfo, StreamKind
+from mcp_sse_gateway.store.redis.batches import ScriptBatches
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.local_cache import Refreshes
@@ -86,6 +87,8 @@ class StreamStore:
         self._finished_ms = finished_ms
         self._read_max_bytes = READ_MAX_BYTES
         self._refreshes = Refreshes(refresh_period_s)
+        #: Appends of concurrent streams share pipelines (None: one call each, Redis Cluster).
+        self._appends: ScriptBatches | None = None
 
     def _keys(self, session_id: str) -> SessionKeys:
         return SessionKeys.of(self._prefix, session_id)
@@ -221,14 +224,17 @@ class StreamStore:
         ]
         for data, event in events:
             args += (data, "" if event is None else "=" + event)
-        async with self._calls.call("append", RUNNING):
-            offset, trimmed = await self._scripts.run(
-                "append",
-                keys,
-                [keys.meta(life), keys.stream(life), keys.lease],
-                args,
-                refresh=self._refreshes.due(keys.digest, life),
+        script_keys = [keys.meta(life), keys.stream(life), keys.lease]
+        refresh = self._refreshes.due(keys.digest, life)
+        if self._appends is not None:
+            offset, trimmed = await self._appends.run(
+                "append", keys, script_keys, args, refresh=refresh
             )
+        else:
+            async with self._calls.call("append", RUNNING):
+                offset, trimmed = await self._scripts.run(
+                    "append", keys, script_keys, args, refresh=refresh
+                )
         if offset == LEASE_LOST:
             raise LeaseLost("the session's lease was taken over")
         if offset == LOST:

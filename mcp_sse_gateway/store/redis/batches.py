@@ -1,0 +1,192 @@
+"""Script calls of many streams sent together: one pipeline per flush (group commit).
+
+Thousands of concurrent streams each append an event now and then. Sent one by one, every
+append is a round trip of its own: a permit, a connection taken from the pool and given back, a
+write and a read, and their event-loop turns, about 200 µs of redis-py CPU each, which at 5,000
+events/s is a whole core. :class:`ScriptBatches` instead queues the calls of one kind and sends
+what is queued as **one pipeline** (``EVALSHA`` after ``EVALSHA``, one write, the replies read in
+order), under **one permit** of the store's queue
+(:mod:`~mcp_sse_gateway.store.redis.calls`):
+
+* a call is queued, and a flusher is started unless one is already waiting for a permit;
+* the flusher, once it holds its permit, takes what is queued then (at most
+  :data:`MAX_BATCH` calls; the rest wait for the next flusher) and sends it;
+* while its pipeline is in flight, new calls queue for the next flusher, which takes another
+  permit; at most :data:`MAX_IN_FLIGHT` pipelines are in flight at once, and the calls queued
+  meanwhile go together in the next one.
+
+A lone call costs one event-loop turn more than a direct one; under load, every call queued
+during a round trip shares the next one. Each call is still one atomic script of one session;
+a pipeline is not a transaction, so the calls apply independently and in order.
+
+Outcomes, per call, as a direct call would have them: the script's reply, or
+:class:`~mcp_sse_gateway.errors.StoreUnavailable` (Redis down or stalled: every call of the
+pipeline; an error reply: that call only; a script Redis no longer knows, after a restart, is
+loaded and the call run again, once). A call cancelled before its pipeline left is not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from mcp_sse_gateway.errors import StoreUnavailable
+from mcp_sse_gateway.store.redis.calls import Calls
+from mcp_sse_gateway.store.redis.keys import SessionKeys
+from mcp_sse_gateway.store.redis.lua import Scripts
+
+#: Calls sent in one pipeline at most (bounds one write and one reply).
+MAX_BATCH = 512
+#: Pipelines of one kind in flight at once: one being run by Redis while the replies of the
+#: other are read; more would only make the batches smaller (Redis runs scripts one at a time).
+MAX_IN_FLIGHT = 2
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    keys: SessionKeys
+    extra_keys: Sequence[str]
+    args: Sequence[str | int]
+    refresh: bool
+    future: asyncio.Future[Any]
+
+
+class ScriptBatches:
+    """Queue script calls of one kind and send them as pipelines (module docstring).
+
+    Args:
+        client: the command client (not a Redis Cluster client: its pipelines split by node).
+        scripts: the store's scripts.
+        calls: the store's call queue and outage state.
+        operation: the store operation the pipelines count as (metrics, logs).
+        priority: the permit priority of the pipelines
+            (:data:`~mcp_sse_gateway.store.redis.calls.RUNNING` for running streams).
+    """
+
+    def __init__(
+        self, client: Redis, scripts: Scripts, calls: Calls, *, operation: str, priority: int
+    ) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._calls = calls
+        self._operation = operation
+        self._priority = priority
+        self._queued: list[_Call] = []
+        #: A flusher has started and not yet taken the queue.
+        self._flusher_waiting = False
+        self._flushers: set[asyncio.Task[None]] = set()
+        #: Pipelines sent, and calls they carried (for tests and benchmarks).
+        self.pipelines = 0
+        self.calls = 0
+
+    async def run(
+        self,
+        name: str,
+        keys: SessionKeys,
+        extra_keys: Sequence[str] = (),
+        args: Sequence[str | int] = (),
+        *,
+        refresh: bool = True,
+    ) -> Any:
+        """Run script *name* as :meth:`~mcp_sse_gateway.store.redis.lua.Scripts.run` does, batched.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached, stalled, or refused this call.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queued.append(_Call(name, keys, extra_keys, args, refresh, future))
+        self._start_flusher()
+        return await future
+
+    def _start_flusher(self) -> None:
+        if self._flusher_waiting or not self._queued or len(self._flushers) >= MAX_IN_FLIGHT:
+            return
+        self._flusher_waiting = True
+        task = asyncio.get_running_loop().create_task(self._flush())
+        self._flushers.add(task)
+        task.add_done_callback(self._flushed)
+
+    def _flushed(self, task: asyncio.Task[None]) -> None:
+        self._flushers.discard(task)
+        self._start_flusher()  # what queued while the pipelines were in flight
+
+    def _take(self) -> list[_Call]:
+        """The queued calls still wanted, at most :data:`MAX_BATCH`; the rest stay queued."""
+        self._flusher_waiting = False
+        wanted = [call for call in self._queued if not call.future.done()]
+        batch, self._queued = wanted[:MAX_BATCH], wanted[MAX_BATCH:]
+        self._start_flusher()
+        return batch
+
+    async def _flush(self) -> None:
+        batch: list[_Call] = []
+        try:
+            async with self._calls.call(self._operation, self._priority):
+                batch = self._take()
+                if batch:
+                    await self._send(batch)
+        except BaseException as exc:
+            if not batch:
+                batch = self._take()  # failed before taking (store down or closed): fail them
+            for call in batch:
+                if not call.future.done():
+                    call.future.set_exception(_failure(exc))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _send(self, batch: list[_Call]) -> None:
+        pipe = self._client.pipeline(transaction=False)
+        for call in batch:
+            pipe.execute_command(
+                "EVALSHA",
+                *self._scripts.evalsha_args(
+                    call.name, call.keys, call.extra_keys, call.args, refresh=call.refresh
+                ),
+            )
+        self.pipelines += 1
+        self.calls += len(batch)
+        replies = await pipe.execute(raise_on_error=False)
+        for call, sent in zip(batch, replies, strict=True):
+            reply = sent
+            if isinstance(sent, redis_errors.NoScriptError):
+                # Redis restarted without its scripts: this call did not run. The script
+                # object loads the script and runs it.
+                try:
+                    reply = await self._scripts.run(
+                        call.name, call.keys, call.extra_keys, call.args, refresh=call.refresh
+                    )
+                except redis_errors.ResponseError as exc:
+                    reply = exc
+            if call.future.done():
+                continue
+            if isinstance(reply, redis_errors.ResponseError):
+                self._calls.refused(self._operation, reply)
+                call.future.set_exception(
+                    StoreUnavailable("the Redis event store refused the command")
+                )
+            else:
+                call.future.set_result(reply)
+
+    async def close(self) -> None:
+        """Wait for pipelines in flight (their callers get their outcome)."""
+        if self._flushers:
+            await asyncio.gather(*self._flushers, return_exceptions=True)
+
+
+def _failure(exc: BaseException) -> BaseException:
+    """What one caller of a failed pipeline gets: the store's error, chained to the cause."""
+    if isinstance(exc, StoreUnavailable):
+        failure = type(exc)(str(exc))
+        failure.__cause__ = exc.__cause__
+        return failure
+    if isinstance(exc, asyncio.CancelledError):
+        return StoreUnavailable("the event store was closed")
+    failure = StoreUnavailable("the Redis event store cannot be reached")
+    failure.__cause__ = exc
+    return failure
