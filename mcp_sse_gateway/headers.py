@@ -62,6 +62,11 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     return tokens
 
 
+#: What is never forwarded upstream, anywhere and on the MCP endpoint (computed once).
+_DROP_ALWAYS = HOP_BY_HOP | _DROP_UPSTREAM
+_DROP_MCP_ALWAYS = _DROP_ALWAYS | _DROP_UPSTREAM_MCP
+
+
 def upstream_request_headers(
     incoming: Sequence[tuple[str, str]],
     *,
@@ -92,20 +97,16 @@ def upstream_request_headers(
     """
     # A client's Connection tokens never strip what the gateway itself acts on: the upstream
     # must see the credentials and session the gateway authorized and bound.
-    drop = (
-        HOP_BY_HOP
-        | _DROP_UPSTREAM
-        | (_connection_tokens(incoming) - _NEVER_HOP_BY_HOP)
-        | drop_names
-    )
-    if mcp_endpoint:
-        drop = drop | _DROP_UPSTREAM_MCP
+    drop = _DROP_MCP_ALWAYS if mcp_endpoint else _DROP_ALWAYS
+    tokens = _connection_tokens(incoming) - _NEVER_HOP_BY_HOP
+    if tokens or drop_names:
+        drop = drop | tokens | drop_names
     out: Headers = [
         (name, value)
         for name, value in incoming
-        if name.lower() not in drop
+        if (lower := name.lower()) not in drop
         # "X_Auth_User" is "X-Auth-User" to CGI/WSGI upstreams (HTTP_X_AUTH_USER).
-        and name.lower().replace("_", "-") not in drop_names
+        and not (drop_names and lower.replace("_", "-") in drop_names)
     ]
     forwarded_for = [v for n, v in incoming if n.lower() == "x-forwarded-for"]
     forwarded_proto = next((v for n, v in incoming if n.lower() == "x-forwarded-proto"), None)

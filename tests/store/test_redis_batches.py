@@ -32,10 +32,10 @@ async def test_concurrent_appends_share_pipelines_and_each_gets_its_offsets(make
             for n in range(EVENTS)
         ]
 
-    before = store._appends.pipelines, store._appends.calls
+    before = store._batches.pipelines, store._batches.calls
     offsets = await asyncio.gather(*(write(s, life) for s, life in pairs))
-    pipelines = store._appends.pipelines - before[0]
-    calls = store._appends.calls - before[1]
+    pipelines = store._batches.pipelines - before[0]
+    calls = store._batches.calls - before[1]
     assert offsets == [list(range(1, EVENTS + 1))] * STREAMS
     assert calls == STREAMS * EVENTS
     # Every turn's appends go together: far fewer round trips than calls.

@@ -35,8 +35,8 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from mcp_sse_gateway.errors import StoreUnavailable
-from mcp_sse_gateway.store.redis.calls import Calls
+from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable
+from mcp_sse_gateway.store.redis.calls import NEW, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.lua import Scripts
 
@@ -57,6 +57,57 @@ class _Call:
     future: asyncio.Future[Any]
 
 
+class Batches:
+    """The store's :class:`ScriptBatches`, one per (operation, priority), made on first use.
+
+    Args:
+        client: the command client (not a Redis Cluster client).
+        scripts: the store's scripts.
+        calls: the store's call queue and outage state.
+        max_queued: new work (NEW priority) queued in one batch at most; beyond, it is refused
+            with :class:`~mcp_sse_gateway.errors.StoreBusy` (``store.max_queued_calls``).
+    """
+
+    def __init__(self, client: Redis, scripts: Scripts, calls: Calls, *, max_queued: int) -> None:
+        self._client, self._scripts, self._calls = client, scripts, calls
+        self._max_queued = max_queued
+        self._batches: dict[tuple[str, int], ScriptBatches] = {}
+
+    def of(self, operation: str, priority: int) -> ScriptBatches:
+        """The batches of *operation* at *priority*."""
+        batches = self._batches.get((operation, priority))
+        if batches is None:
+            batches = self._batches[operation, priority] = ScriptBatches(
+                self._client,
+                self._scripts,
+                self._calls,
+                operation=operation,
+                priority=priority,
+                max_queued=self._max_queued if priority == NEW else None,
+            )
+        return batches
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting in a batch now, all operations."""
+        return sum(len(batches.queued) for batches in self._batches.values())
+
+    @property
+    def pipelines(self) -> int:
+        """Pipelines sent so far, all operations."""
+        return sum(batches.pipelines for batches in self._batches.values())
+
+    @property
+    def calls(self) -> int:
+        """Calls those pipelines carried."""
+        return sum(batches.calls for batches in self._batches.values())
+
+    async def close(self) -> None:
+        """Wait for every pipeline in flight."""
+        for batches in list(self._batches.values()):
+            await batches.close()
+
+
 class ScriptBatches:
     """Queue script calls of one kind and send them as pipelines (module docstring).
 
@@ -67,11 +118,21 @@ class ScriptBatches:
         operation: the store operation the pipelines count as (metrics, logs).
         priority: the permit priority of the pipelines
             (:data:`~mcp_sse_gateway.store.redis.calls.RUNNING` for running streams).
+        max_queued: calls queued at most; beyond, a call is refused at once with
+            :class:`~mcp_sse_gateway.errors.StoreBusy` (None: never, as running work is).
     """
 
     def __init__(
-        self, client: Redis, scripts: Scripts, calls: Calls, *, operation: str, priority: int
+        self,
+        client: Redis,
+        scripts: Scripts,
+        calls: Calls,
+        *,
+        operation: str,
+        priority: int,
+        max_queued: int | None = None,
     ) -> None:
+        self._max_queued = max_queued
         self._client = client
         self._scripts = scripts
         self._calls = calls
@@ -98,11 +159,20 @@ class ScriptBatches:
 
         Raises:
             StoreUnavailable: Redis cannot be reached, stalled, or refused this call.
+            StoreBusy: new work, while ``max_queued`` calls are queued already.
         """
+        if self._max_queued is not None and len(self._queued) >= self._max_queued:
+            self._calls.queue_full(len(self._queued))
+            raise StoreBusy("too many event-store calls are waiting")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queued.append(_Call(name, keys, extra_keys, args, refresh, future))
         self._start_flusher()
         return await future
+
+    @property
+    def queued(self) -> list[_Call]:
+        """The calls waiting for a pipeline."""
+        return self._queued
 
     def _start_flusher(self) -> None:
         if self._flusher_waiting or not self._queued or len(self._flushers) >= MAX_IN_FLIGHT:

@@ -167,6 +167,17 @@ class Calls:
             self._healthy = True
             log.info("store.redis_recovered", url=self._url, operation=operation)
 
+    def queue_full(self, queued: int | None = None) -> None:
+        """New work is refused as the queue is full (logged at most once a second)."""
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_full_log:
+            self._next_full_log = now + FULL_LOG_INTERVAL_S
+            log.warning(
+                "store.queue_full",
+                queued=self._queued if queued is None else queued,
+                limit=self._max_queued,
+            )
+
     def refused(self, operation: str, exc: BaseException) -> None:
         """Redis answered a call with an error reply (logged once until a call succeeds)."""
         if not self._refusing:
@@ -198,9 +209,7 @@ class Calls:
             return
         loop = asyncio.get_running_loop()
         if priority == NEW and self._queued >= self._max_queued:
-            if loop.time() >= self._next_full_log:
-                self._next_full_log = loop.time() + FULL_LOG_INTERVAL_S
-                log.warning("store.queue_full", queued=self._queued, limit=self._max_queued)
+            self.queue_full()
             raise StoreBusy("too many event-store calls are waiting")
         future: asyncio.Future[None] = loop.create_future()
         if priority == NEW:

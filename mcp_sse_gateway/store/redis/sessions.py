@@ -47,10 +47,13 @@ class SessionStore(TaskStore):
         """
         keys = self._keys(session_id)
         self._sessions.forget(keys.digest)
-        async with self._calls.call("record_session", RUNNING):
-            await self._scripts.run(
-                "record_session", keys, [keys.session], [protocol_version, self._idle_ms, auth]
-            )
+        await self._script(
+            "record_session",
+            RUNNING,
+            keys,
+            [keys.session],
+            [protocol_version, self._idle_ms, auth],
+        )
         self._sessions.put(SessionRecord(keys.digest, protocol_version, auth=auth))
 
     async def get_session(self, session_id: str, *, refresh: bool = True) -> SessionRecord | None:
@@ -77,10 +80,13 @@ class SessionStore(TaskStore):
         self._sessions.start_read(keys.digest)
         try:
             # Client traffic is new work; a running stream's check of its session is not.
-            async with self._calls.call("get_session", NEW if refresh else RUNNING):
-                found = await self._scripts.run(
-                    "get_session", keys, [keys.session], ["1" if refresh else "0", self._idle_ms]
-                )
+            found = await self._script(
+                "get_session",
+                NEW if refresh else RUNNING,
+                keys,
+                [keys.session],
+                ["1" if refresh else "0", self._idle_ms],
+            )
             if found is not None:
                 record = SessionRecord(
                     keys.digest,
@@ -102,10 +108,13 @@ class SessionStore(TaskStore):
         """
         keys = self._keys(session_id)
         self._sessions.forget(keys.digest)
-        async with self._calls.call("tombstone_session", RUNNING):
-            await self._scripts.run(
-                "tombstone_session", keys, [keys.session], [ms(TOMBSTONE_TTL_S)]
-            )
+        await self._script(
+            "tombstone_session",
+            RUNNING,
+            keys,
+            [keys.session],
+            [ms(TOMBSTONE_TTL_S)],
+        )
         self._written.forget(keys.digest)
         self._sessions.forget(keys.digest)
 
@@ -116,6 +125,5 @@ class SessionStore(TaskStore):
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._calls.call("purge_session", RUNNING):
-            await self._scripts.run("purge_session", keys)
+        await self._script("purge_session", RUNNING, keys)
         self._written.forget(keys.digest)

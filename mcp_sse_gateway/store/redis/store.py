@@ -44,7 +44,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEOUT_S, StoreSettings
 from mcp_sse_gateway.store.base import StoreObserver
-from mcp_sse_gateway.store.redis.batches import ScriptBatches
+from mcp_sse_gateway.store.redis.batches import Batches
 from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
 from mcp_sse_gateway.store.redis.connections import (
@@ -186,9 +186,7 @@ class RedisStore(SessionStore):
             session_cache_s=_session_cache_s(session_idle_ttl_s),
         )
         if not isinstance(client, RedisCluster):
-            self._appends = ScriptBatches(
-                client, self._scripts, self._calls, operation="append", priority=RUNNING
-            )
+            self._batches = Batches(client, self._scripts, self._calls, max_queued=max_queued_calls)
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
             client,
@@ -311,8 +309,13 @@ class RedisStore(SessionStore):
 
     @property
     def queued(self) -> int:
-        """Calls waiting for a connection now (:mod:`~mcp_sse_gateway.store.redis.calls`)."""
-        return self._calls.queued
+        """Calls waiting now, for a connection or in a batch for its pipeline.
+
+        See :mod:`~mcp_sse_gateway.store.redis.calls` and
+        :mod:`~mcp_sse_gateway.store.redis.batches`.
+        """
+        batched = self._batches.queued if self._batches is not None else 0
+        return self._calls.queued + batched
 
     @property
     def subscribed(self) -> bool:
@@ -360,13 +363,14 @@ class RedisStore(SessionStore):
 
         Else it marks the stream watched for *wait_s* (+1 s).
         """
-        async with self._calls.call("wait", RUNNING):
-            reply = await self._scripts.run(
-                "watch",
-                keys,
-                [keys.meta(life), keys.stream(life)],
-                [life, ms(wait_s + WATCH_MARGIN_S)],
-            )
+        reply = await self._script(
+            "watch",
+            RUNNING,
+            keys,
+            [keys.meta(life), keys.stream(life)],
+            [life, ms(wait_s + WATCH_MARGIN_S)],
+            operation="wait",
+        )
         if reply is None or int(reply[0]) > after or bool(reply[1]):
             return True
         claimed = text(reply[2])
@@ -431,8 +435,8 @@ class RedisStore(SessionStore):
         if self._calls.closed:
             return
         self._calls.closed = True
-        if self._appends is not None:
-            await self._appends.close()
+        if self._batches is not None:
+            await self._batches.close()
         await self._wakeups.close()
         if self._close_clients:
             await close_clients(self._clients)

@@ -16,7 +16,7 @@ import structlog
 
 from mcp_sse_gateway.errors import CursorGone, LeaseLost, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.store.base import Lease, ReadResult, StoredEvent, StreamInfo, StreamKind
-from mcp_sse_gateway.store.redis.batches import ScriptBatches
+from mcp_sse_gateway.store.redis.batches import Batches
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.local_cache import Refreshes
@@ -87,8 +87,32 @@ class StreamStore:
         self._finished_ms = finished_ms
         self._read_max_bytes = READ_MAX_BYTES
         self._refreshes = Refreshes(refresh_period_s)
-        #: Appends of concurrent streams share pipelines (None: one call each, Redis Cluster).
-        self._appends: ScriptBatches | None = None
+        #: Concurrent calls of one kind share pipelines (None: one round trip each).
+        self._batches: Batches | None = None
+
+    async def _script(
+        self,
+        name: str,
+        priority: int,
+        keys: SessionKeys,
+        extra_keys: Sequence[str] = (),
+        args: Sequence[str | int] = (),
+        *,
+        refresh: bool = True,
+        operation: str | None = None,
+    ) -> Any:
+        """Run script *name* as one store call of *operation* (default: *name*), batched.
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached, stalled, or refused the call.
+            StoreBusy: new work (*priority* NEW) while the call queue is full.
+        """
+        operation = operation or name
+        if self._batches is None:
+            async with self._calls.call(operation, priority):
+                return await self._scripts.run(name, keys, extra_keys, args, refresh=refresh)
+        batches = self._batches.of(operation, priority)
+        return await batches.run(name, keys, extra_keys, args, refresh=refresh)
 
     def _keys(self, session_id: str) -> SessionKeys:
         return SessionKeys.of(self._prefix, session_id)
@@ -100,8 +124,7 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._calls.call("drop_stream", RUNNING):
-            await self._scripts.run("drop_stream", keys, (), [life])
+        await self._script("drop_stream", RUNNING, keys, (), [life])
         self._written.forget(keys.digest, life)
 
     async def create_stream(
@@ -140,23 +163,23 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._calls.call("create_stream", NEW):
-            created = await self._scripts.run(
-                "create_stream",
-                keys,
-                [keys.meta(life), keys.stream(life)],
-                [
-                    life,
-                    kind,
-                    owner,
-                    self._max_streams,
-                    join_datas(pending),
-                    start_after,
-                    auth,
-                    creator,
-                    trace,
-                ],
-            )
+        created = await self._script(
+            "create_stream",
+            NEW,
+            keys,
+            [keys.meta(life), keys.stream(life)],
+            [
+                life,
+                kind,
+                owner,
+                self._max_streams,
+                join_datas(pending),
+                start_after,
+                auth,
+                creator,
+                trace,
+            ],
+        )
         if not created:
             log.warning("store.streams_per_session_limit", limit=self._max_streams)
             raise StoreLimitExceeded("too many open streams in this session")
@@ -224,17 +247,14 @@ class StreamStore:
         ]
         for data, event in events:
             args += (data, "" if event is None else "=" + event)
-        script_keys = [keys.meta(life), keys.stream(life), keys.lease]
-        refresh = self._refreshes.due(keys.digest, life)
-        if self._appends is not None:
-            offset, trimmed = await self._appends.run(
-                "append", keys, script_keys, args, refresh=refresh
-            )
-        else:
-            async with self._calls.call("append", RUNNING):
-                offset, trimmed = await self._scripts.run(
-                    "append", keys, script_keys, args, refresh=refresh
-                )
+        offset, trimmed = await self._script(
+            "append",
+            RUNNING,
+            keys,
+            [keys.meta(life), keys.stream(life), keys.lease],
+            args,
+            refresh=self._refreshes.due(keys.digest, life),
+        )
         if offset == LEASE_LOST:
             raise LeaseLost("the session's lease was taken over")
         if offset == LOST:
@@ -259,14 +279,14 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._calls.call("finish", RUNNING):
-            await self._scripts.run(
-                "finish",
-                keys,
-                [keys.meta(life), keys.stream(life)],
-                [life, self._finished_ms],
-                refresh=self._refreshes.due(keys.digest, life),
-            )
+        await self._script(
+            "finish",
+            RUNNING,
+            keys,
+            [keys.meta(life), keys.stream(life)],
+            [life, self._finished_ms],
+            refresh=self._refreshes.due(keys.digest, life),
+        )
         self._written.forget(keys.digest, life)
 
     async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
@@ -283,14 +303,14 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._calls.call("read", RUNNING):
-            reply = await self._scripts.run(
-                "read",
-                keys,
-                [keys.meta(life), keys.stream(life)],
-                [after, max(0, limit), self._read_max_bytes],
-                refresh=self._refreshes.due(keys.digest, life),
-            )
+        reply = await self._script(
+            "read",
+            RUNNING,
+            keys,
+            [keys.meta(life), keys.stream(life)],
+            [after, max(0, limit), self._read_max_bytes],
+            refresh=self._refreshes.due(keys.digest, life),
+        )
         if reply[0] == UNKNOWN:
             raise UnknownStream
         if reply[0] == LOST:
@@ -314,13 +334,13 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
-        async with self._calls.call("stream_info", RUNNING):
-            reply = await self._scripts.run(
-                "stream_info",
-                keys,
-                [keys.meta(life), keys.stream(life)],
-                refresh=self._refreshes.due(keys.digest, life),
-            )
+        reply = await self._script(
+            "stream_info",
+            RUNNING,
+            keys,
+            [keys.meta(life), keys.stream(life)],
+            refresh=self._refreshes.due(keys.digest, life),
+        )
         if reply is None:
             return None
         kind, owner, last, finished, stored, binding, trace = reply
