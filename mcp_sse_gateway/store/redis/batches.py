@@ -22,7 +22,8 @@ a pipeline is not a transaction, so the calls apply independently and in order.
 Outcomes, per call, as a direct call would have them: the script's reply, or
 :class:`~mcp_sse_gateway.errors.StoreUnavailable` (Redis down or stalled: every call of the
 pipeline; an error reply: that call only; a script Redis no longer knows, after a restart, is
-loaded and the call run again, once). A call cancelled before its pipeline left is not sent.
+loaded once and the calls that needed it sent again, together). A call cancelled before its
+pipeline left is not sent.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class _Call:
     args: Sequence[str | int]
     refresh: bool
     future: asyncio.Future[Any]
+    #: When it was queued (the event loop's clock), for the queue-wait metric.
+    queued_at: float
 
 
 class Batches:
@@ -164,8 +167,9 @@ class ScriptBatches:
         if self._max_queued is not None and len(self._queued) >= self._max_queued:
             self._calls.queue_full(len(self._queued))
             raise StoreBusy("too many event-store calls are waiting")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queued.append(_Call(name, keys, extra_keys, args, refresh, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queued.append(_Call(name, keys, extra_keys, args, refresh, future, loop.time()))
         self._start_flusher()
         return await future
 
@@ -197,8 +201,12 @@ class ScriptBatches:
     async def _flush(self) -> None:
         batch: list[_Call] = []
         try:
-            async with self._calls.call(self._operation, self._priority):
+            async with self._calls.call(self._operation, self._priority, observe_wait=False):
                 batch = self._take()
+                now = asyncio.get_running_loop().time()
+                for call in batch:
+                    # Each call's own wait: in its batch, then for the pipeline's permit.
+                    self._calls.observe_wait(self._operation, now - call.queued_at)
                 if batch:
                     await self._send(batch)
         except BaseException as exc:
@@ -211,28 +219,20 @@ class ScriptBatches:
                 raise
 
     async def _send(self, batch: list[_Call]) -> None:
-        pipe = self._client.pipeline(transaction=False)
-        for call in batch:
-            pipe.execute_command(
-                "EVALSHA",
-                *self._scripts.evalsha_args(
-                    call.name, call.keys, call.extra_keys, call.args, refresh=call.refresh
-                ),
-            )
         self.pipelines += 1
         self.calls += len(batch)
-        replies = await pipe.execute(raise_on_error=False)
-        for call, sent in zip(batch, replies, strict=True):
-            reply = sent
-            if isinstance(sent, redis_errors.NoScriptError):
-                # Redis restarted without its scripts: this call did not run. The script
-                # object loads the script and runs it.
-                try:
-                    reply = await self._scripts.run(
-                        call.name, call.keys, call.extra_keys, call.args, refresh=call.refresh
-                    )
-                except redis_errors.ResponseError as exc:
-                    reply = exc
+        replies = await self._pipeline(batch)
+        no_script = redis_errors.NoScriptError
+        unknown = [i for i, reply in enumerate(replies) if isinstance(reply, no_script)]
+        if unknown:
+            # Redis (re)started without the scripts: those calls did not run. Load each script
+            # once, then send them again, together.
+            for name in dict.fromkeys(batch[i].name for i in unknown):
+                await self._scripts.load(name)
+            again = await self._pipeline([batch[i] for i in unknown])
+            for i, reply in zip(unknown, again, strict=True):
+                replies[i] = reply
+        for call, reply in zip(batch, replies, strict=True):
             if call.future.done():
                 continue
             if isinstance(reply, redis_errors.ResponseError):
@@ -242,6 +242,18 @@ class ScriptBatches:
                 )
             else:
                 call.future.set_result(reply)
+
+    async def _pipeline(self, calls: list[_Call]) -> list[Any]:
+        """Send *calls* as one pipeline; their replies in order (error replies as values)."""
+        pipe = self._client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(
+                "EVALSHA",
+                *self._scripts.evalsha_args(
+                    call.name, call.keys, call.extra_keys, call.args, refresh=call.refresh
+                ),
+            )
+        return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
         """Wait for pipelines in flight (their callers get their outcome)."""

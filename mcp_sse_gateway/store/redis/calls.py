@@ -123,14 +123,22 @@ class Calls:
         """Calls holding a permit now."""
         return self._in_flight
 
+    def observe_wait(self, operation: str, seconds: float) -> None:
+        """Record how long one call waited before its command left (metrics)."""
+        self._on_queue_wait(operation, seconds)
+
     @contextlib.asynccontextmanager
-    async def call(self, operation: str, priority: int) -> AsyncIterator[None]:
+    async def call(
+        self, operation: str, priority: int, *, observe_wait: bool = True
+    ) -> AsyncIterator[None]:
         """Hold a permit while the block runs Redis commands; map outages to StoreUnavailable.
 
         Args:
             operation: the store method, for logs and metrics.
             priority: :data:`LIVENESS`, :data:`RUNNING` or :data:`NEW` (only new work is
                 refused, and only when the queue is full).
+            observe_wait: record the wait for the permit (False: the caller records the waits
+                of the calls it carries, a pipeline).
 
         Raises:
             StoreBusy: new work, while more than ``max_queued_calls`` calls are queued.
@@ -148,7 +156,8 @@ class Calls:
         started = loop.time()
         self._in_flight += 1
         try:
-            self._on_queue_wait(operation, started - queued_at)
+            if observe_wait:
+                self._on_queue_wait(operation, started - queued_at)
             async with asyncio.timeout(self._stall_s):
                 yield
         except TRANSPORT_ERRORS as exc:

@@ -72,6 +72,15 @@ class Scripts:
         self._scripts = {name: client.register_script(body) for name, body in sources().items()}
         self._common = (keep_ms, fresh_ms, channel)
 
+    async def load(self, name: str) -> None:
+        """Load script *name* into Redis (``SCRIPT LOAD``), as after a restart.
+
+        Raises:
+            redis.exceptions.RedisError: as redis-py raises it.
+        """
+        script = self._scripts[name]
+        await script.registered_client.script_load(script.script)
+
     def sha(self, name: str) -> str:
         """The SHA1 of script *name* (what ``EVALSHA`` sends)."""
         return str(self._scripts[name].sha)
