@@ -187,9 +187,9 @@ async def _serve(settings: Settings, tracing: Tracing = NO_TRACING) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
     raise_open_files_limit()
+    tune_gc(settings.server.gc_young_threshold)  # before serving: its collection pauses
     try:
         async with run_gateway(settings, tracing=tracing) as running:
-            tune_gc(settings.server.gc_young_threshold)
             await stop.wait()
             log.info("shutdown.started", drain_timeout_s=settings.server.drain_timeout_s)
             await drain(running.app, force=force)

@@ -25,6 +25,9 @@ import structlog
 
 log = structlog.get_logger("mcp_sse_gateway.runtime")
 
+#: The soft open-files limit asked for when the hard one is unlimited (macOS's OPEN_MAX).
+UNLIMITED_OPEN_FILES = 10_240
+
 
 def tune_gc(young_threshold: int) -> None:
     """Freeze start-up's objects and set the young generation's threshold; 0 changes nothing.
@@ -47,9 +50,11 @@ def raise_open_files_limit() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or (hard != resource.RLIM_INFINITY and soft >= hard):
         return soft
+    # An unlimited hard limit (macOS) is not a value setrlimit takes for the soft one.
+    wanted = UNLIMITED_OPEN_FILES if hard == resource.RLIM_INFINITY else hard
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     except (ValueError, OSError):
         return soft
-    log.debug("runtime.open_files_raised", soft=soft, limit=hard)
-    return hard
+    log.debug("runtime.open_files_raised", soft=soft, limit=wanted)
+    return wanted

@@ -117,6 +117,8 @@ class RequestStreams:
         self._ctx.check_pump_capacity(standalone=False)
         release = await self._openings.enter()
         try:
+            # Again: the streams opened while this one waited for its place count too.
+            self._ctx.check_pump_capacity(standalone=False)
             return await self._open_post(
                 session_id, call, body, request_ids, method=method, upgrade_wait_s=upgrade_wait_s
             )

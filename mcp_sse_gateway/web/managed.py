@@ -152,11 +152,15 @@ async def resume(
             # The request that created the stream (this replica or another): a link, since
             # this resume belongs to a later request of its own.
             span.link(info.trace)
-        out, outcome, delivered = await _resume(
-            request, session_id, era, (cursor, info), call, record
+
+        def decided(outcome: str) -> None:
+            # Counted when decided: a client that leaves mid-replay was served all the same.
+            request.app[METRICS].resumes.labels(outcome).inc()
+            span.set("mcp.resume.outcome", outcome)
+
+        out, delivered = await _resume(
+            request, session_id, era, (cursor, info), call, record, decided
         )
-        request.app[METRICS].resumes.labels(outcome).inc()
-        span.set("mcp.resume.outcome", outcome)
         if delivered is not None:
             span.set("mcp.resume.events", delivered.events)
             span.set("mcp.resume.ended", delivered.ended)
@@ -170,21 +174,28 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
     target: tuple[Cursor, StreamInfo],
     call: UpstreamCall,
     record: SessionRecord | None,
-) -> tuple[web.StreamResponse, str, Delivered | None]:
-    """The resume once its cursor is known: the answer, its outcome and what it delivered."""
+    decided: Callable[[str], None],
+) -> tuple[web.StreamResponse, Delivered | None]:
+    """The resume once its cursor is known: the answer and what it delivered.
+
+    *decided* is told the outcome (``refused``, ``done``, ``served``) as soon as it is known.
+    """
     cursor, info = target
     refused = await _authorize(request, session_id, info, call, record)
     if refused is not None:
-        return refused, "refused", None
+        decided("refused")
+        return refused, None
     if info.finished and cursor.offset >= info.last_offset:
         # 204 makes EventSource and the SDK clients stop reconnecting: nothing will follow.
-        return web.Response(status=204, headers={"Content-Type": "text/event-stream"}), "done", None
+        decided("done")
+        return web.Response(status=204, headers={"Content-Type": "text/event-stream"}), None
     check_owner = request.app[STREAMS].resumes.owner_check(session_id, info)
     if check_owner is not None and not info.finished:
         await check_owner()
     reader = None
     if info.kind == "standalone":
         reader = await _join_standalone(request, session_id, call)
+    decided("served")
     out, delivered = await _deliver(
         request,
         session_id,
@@ -203,7 +214,7 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
         events=delivered.events,
         ended=delivered.ended,
     )
-    return out, "served", delivered
+    return out, delivered
 
 
 async def standalone(

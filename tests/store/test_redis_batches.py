@@ -1,14 +1,19 @@
-"""Appends of concurrent streams share pipelines (group commit), with each call's own outcome."""
+"""Script calls of concurrent streams share pipelines (group commit), each with its own outcome;
+the queue's bounds and the stall timeout hold as they did for calls sent one by one."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+import structlog
 
-from mcp_sse_gateway.errors import StoreUnavailable, UnknownStream
+from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable, UnknownStream
 from mcp_sse_gateway.event_ids import new_life
+from mcp_sse_gateway.store.redis import READ_MAX_BYTES, RedisStore
+from mcp_sse_gateway.store.redis.calls import LIVENESS
 from mcp_sse_gateway.store.redis.keys import SessionKeys
+from tests.support.waiting import DEADLINE_S, eventually
 
 PREFIX = "mcp-sse-gateway"
 STREAMS = 200
@@ -95,3 +100,103 @@ async def test_calls_fail_with_store_unavailable_once_the_store_is_closed(make_r
     await store.close()
     with pytest.raises(StoreUnavailable):
         await store.append(session, life, "x", None)
+
+
+async def _hold_all_permits(store) -> tuple[asyncio.Event, list[asyncio.Task[None]]]:
+    """Take every permit of the store's call queue: (the event that gives them back, holders)."""
+    calls = store._calls
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with calls.call("hold", LIVENESS):
+            await release.wait()
+
+    holders = [asyncio.create_task(hold()) for _ in range(calls._free)]
+    await eventually(lambda: calls._free == 0 and calls.in_flight == len(holders))
+    return release, holders
+
+
+async def test_running_calls_waiting_in_batches_make_new_work_refused(make_redis_store):
+    store = make_redis_store(max_queued_calls=5)
+    pairs = await _streams(store, 20)
+    release, holders = await _hold_all_permits(store)
+    appends = [asyncio.create_task(store.append(s, life, "x", None)) for s, life in pairs]
+    try:
+        await eventually(lambda: store.queued >= len(pairs))  # the queue-depth gauge sees them
+        with pytest.raises(StoreBusy):
+            await store.create_stream("new", new_life(), kind="request", owner="r1")
+        with pytest.raises(StoreBusy):
+            await store.get_session("new")
+    finally:
+        release.set()
+        outcomes = await asyncio.gather(*holders, *appends, return_exceptions=True)
+    # The running calls were only delayed.
+    assert outcomes[len(holders) :] == [1] * len(pairs)
+
+
+@pytest.mark.redis
+async def test_concurrent_large_reads_stay_within_the_stall_timeout(redis_url):
+    # A real Redis: the replies' sizes and their time on the wire are what matters.
+    store = RedisStore.from_url(redis_url, stall_timeout_s=0.5)
+    try:
+        pairs = await _streams(store, 40)
+        event = "x" * (100 * 1024)
+        for session, life in pairs:
+            await store.append_many(session, life, [(event, None)] * 20)  # 2 MB per stream
+        outcomes = await asyncio.gather(
+            *(store.read(s, life, 0, 1000) for s, life in pairs), return_exceptions=True
+        )
+    finally:
+        await store.close()
+    failed = [o for o in outcomes if isinstance(o, BaseException)]
+    assert not failed, repr(failed[0])
+    assert store._calls.healthy
+    # Each reply bounded: the rest is read again from the last offset.
+    assert all(len(o.events) * len(event) <= READ_MAX_BYTES + len(event) for o in outcomes)
+
+
+async def test_a_persistent_error_reply_is_logged_once(make_redis_store):
+    store = make_redis_store()
+    admin = make_redis_store.admin()
+    pairs = await _streams(store, 4)
+    for session, life in pairs:
+        meta = SessionKeys.of(PREFIX, session).meta(life)
+        await admin.delete(meta)
+        await admin.set(meta, "not a hash")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            outcomes = await asyncio.gather(
+                *(store.append(s, life, "x", None) for s, life in pairs), return_exceptions=True
+            )
+            assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+    assert [e["event"] for e in logs].count("store.redis_refused") == 1
+
+
+async def test_a_call_cancelled_while_queued_is_not_sent(make_redis_store):
+    store = make_redis_store()
+    (pair,) = await _streams(store, 1)
+    release, holders = await _hold_all_permits(store)
+    task = asyncio.create_task(store.append(*pair, "gone", None))
+    await eventually(lambda: store.queued >= 1)
+    task.cancel()
+    release.set()
+    await asyncio.gather(*holders, return_exceptions=True)
+    assert await store.append(*pair, "kept", None) == 1
+    assert [e.data for e in (await store.read(*pair, 0, 10)).events] == ["kept"]
+
+
+async def test_closing_with_calls_queued_settles_every_caller(make_redis_store):
+    store = make_redis_store()
+    pairs = await _streams(store, 300)
+    release, holders = await _hold_all_permits(store)
+    appends = [asyncio.create_task(store.append(s, life, "x", None)) for s, life in pairs]
+    await eventually(lambda: store.queued >= len(pairs))
+    closing = asyncio.create_task(store.close())
+    release.set()
+    await asyncio.wait_for(closing, DEADLINE_S)
+    outcomes = await asyncio.wait_for(asyncio.gather(*appends, return_exceptions=True), DEADLINE_S)
+    assert {type(o).__name__ if isinstance(o, BaseException) else "ok" for o in outcomes} <= {
+        "ok",
+        "StoreUnavailable",
+    }
+    await asyncio.gather(*holders, return_exceptions=True)

@@ -41,8 +41,12 @@ from mcp_sse_gateway.store.redis.calls import NEW, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.lua import Scripts
 
-#: Calls sent in one pipeline at most (bounds one write and one reply).
+#: Calls sent in one pipeline at most ...
 MAX_BATCH = 512
+#: ... and their weights together at most (at least one call): the bytes they send, or for a
+#: read the bytes its reply may carry, so a pipeline's round trip stays well within the stall
+#: timeout whatever it carries.
+MAX_BATCH_BYTES = 16 * 1024 * 1024
 #: Pipelines of one kind in flight at once: one being run by Redis while the replies of the
 #: other are read; more would only make the batches smaller (Redis runs scripts one at a time).
 MAX_IN_FLIGHT = 2
@@ -58,6 +62,8 @@ class _Call:
     future: asyncio.Future[Any]
     #: When it was queued (the event loop's clock), for the queue-wait metric.
     queued_at: float
+    #: Bytes it sends or may receive (see MAX_BATCH_BYTES).
+    weight: int
 
 
 class Batches:
@@ -66,15 +72,15 @@ class Batches:
     Args:
         client: the command client (not a Redis Cluster client).
         scripts: the store's scripts.
-        calls: the store's call queue and outage state.
-        max_queued: new work (NEW priority) queued in one batch at most; beyond, it is refused
-            with :class:`~mcp_sse_gateway.errors.StoreBusy` (``store.max_queued_calls``).
+        calls: the store's call queue and outage state; its bound of queued calls counts the
+            calls waiting in batches too.
     """
 
-    def __init__(self, client: Redis, scripts: Scripts, calls: Calls, *, max_queued: int) -> None:
+    def __init__(self, client: Redis, scripts: Scripts, calls: Calls) -> None:
         self._client, self._scripts, self._calls = client, scripts, calls
-        self._max_queued = max_queued
         self._batches: dict[tuple[str, int], ScriptBatches] = {}
+        # Calls waiting in batches count toward the queue's bound of new work.
+        calls.also_queued = lambda: self.queued
 
     def of(self, operation: str, priority: int) -> ScriptBatches:
         """The batches of *operation* at *priority*."""
@@ -86,7 +92,7 @@ class Batches:
                 self._calls,
                 operation=operation,
                 priority=priority,
-                max_queued=self._max_queued if priority == NEW else None,
+                refuses_new=priority == NEW,
             )
         return batches
 
@@ -121,8 +127,9 @@ class ScriptBatches:
         operation: the store operation the pipelines count as (metrics, logs).
         priority: the permit priority of the pipelines
             (:data:`~mcp_sse_gateway.store.redis.calls.RUNNING` for running streams).
-        max_queued: calls queued at most; beyond, a call is refused at once with
-            :class:`~mcp_sse_gateway.errors.StoreBusy` (None: never, as running work is).
+        refuses_new: the calls are new work: refused at once with
+            :class:`~mcp_sse_gateway.errors.StoreBusy` while the store's queue is full
+            (``store.max_queued_calls``, batched calls included).
     """
 
     def __init__(
@@ -133,9 +140,9 @@ class ScriptBatches:
         *,
         operation: str,
         priority: int,
-        max_queued: int | None = None,
+        refuses_new: bool = False,
     ) -> None:
-        self._max_queued = max_queued
+        self._refuses_new = refuses_new
         self._client = client
         self._scripts = scripts
         self._calls = calls
@@ -157,19 +164,25 @@ class ScriptBatches:
         args: Sequence[str | int] = (),
         *,
         refresh: bool = True,
+        weight: int | None = None,
     ) -> Any:
         """Run script *name* as :meth:`~mcp_sse_gateway.store.redis.lua.Scripts.run` does, batched.
+
+        *weight*: the bytes the reply may carry when more than what is sent (a read).
 
         Raises:
             StoreUnavailable: Redis cannot be reached, stalled, or refused this call.
             StoreBusy: new work, while ``max_queued`` calls are queued already.
         """
-        if self._max_queued is not None and len(self._queued) >= self._max_queued:
-            self._calls.queue_full(len(self._queued))
+        if self._refuses_new and self._calls.full:
+            self._calls.queue_full()
             raise StoreBusy("too many event-store calls are waiting")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queued.append(_Call(name, keys, extra_keys, args, refresh, future, loop.time()))
+        if weight is None:
+            weight = sum(len(arg) for arg in args if isinstance(arg, str))
+        call = _Call(name, keys, extra_keys, args, refresh, future, loop.time(), weight)
+        self._queued.append(call)
         self._start_flusher()
         return await future
 
@@ -191,24 +204,32 @@ class ScriptBatches:
         self._start_flusher()  # what queued while the pipelines were in flight
 
     def _take(self) -> list[_Call]:
-        """The queued calls still wanted, at most :data:`MAX_BATCH`; the rest stay queued."""
+        """The queued calls still wanted, within the batch's bounds; the rest stay queued."""
         self._flusher_waiting = False
         wanted = [call for call in self._queued if not call.future.done()]
-        batch, self._queued = wanted[:MAX_BATCH], wanted[MAX_BATCH:]
+        size = weight = 0
+        for call in wanted:
+            if size and (size == MAX_BATCH or weight + call.weight > MAX_BATCH_BYTES):
+                break
+            size += 1
+            weight += call.weight
+        batch, self._queued = wanted[:size], wanted[size:]
         self._start_flusher()
         return batch
 
     async def _flush(self) -> None:
         batch: list[_Call] = []
         try:
-            async with self._calls.call(self._operation, self._priority, observe_wait=False):
+            async with self._calls.call(
+                self._operation, self._priority, observe_wait=False
+            ) as held:
                 batch = self._take()
                 now = asyncio.get_running_loop().time()
                 for call in batch:
                     # Each call's own wait: in its batch, then for the pipeline's permit.
                     self._calls.observe_wait(self._operation, now - call.queued_at)
                 if batch:
-                    await self._send(batch)
+                    held.refused = not await self._send(batch)
         except BaseException as exc:
             if not batch:
                 batch = self._take()  # failed before taking (store down or closed): fail them
@@ -218,7 +239,8 @@ class ScriptBatches:
             if not isinstance(exc, Exception):
                 raise
 
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _send(self, batch: list[_Call]) -> bool:
+        """Send *batch* and settle its callers; False when Redis refused every call."""
         self.pipelines += 1
         self.calls += len(batch)
         replies = await self._pipeline(batch)
@@ -232,16 +254,20 @@ class ScriptBatches:
             again = await self._pipeline([batch[i] for i in unknown])
             for i, reply in zip(unknown, again, strict=True):
                 replies[i] = reply
+        answered = False
         for call, reply in zip(batch, replies, strict=True):
+            refused = isinstance(reply, redis_errors.ResponseError)
+            answered = answered or not refused
             if call.future.done():
                 continue
-            if isinstance(reply, redis_errors.ResponseError):
+            if refused:
                 self._calls.refused(self._operation, reply)
                 call.future.set_exception(
                     StoreUnavailable("the Redis event store refused the command")
                 )
             else:
                 call.future.set_result(reply)
+        return answered
 
     async def _pipeline(self, calls: list[_Call]) -> list[Any]:
         """Send *calls* as one pipeline; their replies in order (error replies as values)."""

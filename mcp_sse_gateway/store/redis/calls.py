@@ -66,6 +66,19 @@ def _ignore(_operation: str, _seconds: float) -> None:
     return None
 
 
+class Held:
+    """A call's hold on its permit; ``refused`` tells that Redis refused all it carried."""
+
+    __slots__ = ("refused",)
+
+    def __init__(self) -> None:
+        self.refused = False
+
+
+def _none_queued() -> int:
+    return 0
+
+
 class Calls:
     """The store's permits, queue, stall timeout and outage state.
 
@@ -101,6 +114,8 @@ class Calls:
         self._new_turn = False
         self._next_full_log = float("-inf")
         self._refusing = False  # an error reply was logged since the last success
+        #: Calls waiting elsewhere for a permit (in batches), counted toward the queue's bound.
+        self.also_queued: Callable[[], int] = _none_queued
         self._queued = 0
         self._order = itertools.count()
         self._in_flight = 0
@@ -127,10 +142,15 @@ class Calls:
         """Record how long one call waited before its command left (metrics)."""
         self._on_queue_wait(operation, seconds)
 
+    @property
+    def full(self) -> bool:
+        """New work is refused now: ``max_queued_calls`` calls wait (batched ones included)."""
+        return self._queued + self.also_queued() >= self._max_queued
+
     @contextlib.asynccontextmanager
     async def call(
         self, operation: str, priority: int, *, observe_wait: bool = True
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[Held]:
         """Hold a permit while the block runs Redis commands; map outages to StoreUnavailable.
 
         Args:
@@ -139,6 +159,10 @@ class Calls:
                 refused, and only when the queue is full).
             observe_wait: record the wait for the permit (False: the caller records the waits
                 of the calls it carries, a pipeline).
+
+        Yields:
+            The hold: a pipeline sets ``refused`` when Redis refused every call it carried (the
+            refusal is then not taken for a recovery).
 
         Raises:
             StoreBusy: new work, while more than ``max_queued_calls`` calls are queued.
@@ -152,6 +176,7 @@ class Calls:
             raise StoreUnavailable("the Redis event store cannot be reached")
         loop = asyncio.get_running_loop()
         queued_at = loop.time()
+        held = Held()
         await self._acquire(priority)
         started = loop.time()
         self._in_flight += 1
@@ -159,7 +184,7 @@ class Calls:
             if observe_wait:
                 self._on_queue_wait(operation, started - queued_at)
             async with asyncio.timeout(self._stall_s):
-                yield
+                yield held
         except TRANSPORT_ERRORS as exc:
             self._down(operation, exc)
             raise StoreUnavailable("the Redis event store cannot be reached") from exc
@@ -171,7 +196,8 @@ class Calls:
             self._in_flight -= 1
             self._release()
             self._on_round_trip(operation, loop.time() - started)
-        self._refusing = False
+        if not held.refused:
+            self._refusing = False
         if not self._healthy:
             self._healthy = True
             log.info("store.redis_recovered", url=self._url, operation=operation)
@@ -217,7 +243,7 @@ class Calls:
             self._free -= 1
             return
         loop = asyncio.get_running_loop()
-        if priority == NEW and self._queued >= self._max_queued:
+        if priority == NEW and self.full:
             self.queue_full()
             raise StoreBusy("too many event-store calls are waiting")
         future: asyncio.Future[None] = loop.create_future()

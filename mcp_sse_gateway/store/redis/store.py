@@ -186,7 +186,7 @@ class RedisStore(SessionStore):
             session_cache_s=_session_cache_s(session_idle_ttl_s),
         )
         if not isinstance(client, RedisCluster):
-            self._batches = Batches(client, self._scripts, self._calls, max_queued=max_queued_calls)
+            self._batches = Batches(client, self._scripts, self._calls)
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
             client,

@@ -25,8 +25,9 @@ from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
 
 log = structlog.get_logger("mcp_sse_gateway.store")
 
-#: Bytes of event data one ``read`` returns at most (always at least one event, whatever its size).
-READ_MAX_BYTES = 4 * 1024 * 1024
+#: Bytes of event data one ``read`` returns at most (always at least one event, whatever its size):
+#: reads share pipelines (:mod:`~mcp_sse_gateway.store.redis.batches`), 16 at most of this size.
+READ_MAX_BYTES = 1024 * 1024
 
 #: Replies of the append and read scripts.
 UNKNOWN = -1
@@ -100,8 +101,11 @@ class StreamStore:
         *,
         refresh: bool = True,
         operation: str | None = None,
+        weight: int | None = None,
     ) -> Any:
         """Run script *name* as one store call of *operation* (default: *name*), batched.
+
+        *weight*: the bytes its reply may carry, when more than it sends (a read).
 
         Raises:
             StoreUnavailable: Redis cannot be reached, stalled, or refused the call.
@@ -112,7 +116,7 @@ class StreamStore:
             async with self._calls.call(operation, priority):
                 return await self._scripts.run(name, keys, extra_keys, args, refresh=refresh)
         batches = self._batches.of(operation, priority)
-        return await batches.run(name, keys, extra_keys, args, refresh=refresh)
+        return await batches.run(name, keys, extra_keys, args, refresh=refresh, weight=weight)
 
     def _keys(self, session_id: str) -> SessionKeys:
         return SessionKeys.of(self._prefix, session_id)
@@ -309,6 +313,7 @@ class StreamStore:
             keys,
             [keys.meta(life), keys.stream(life)],
             [after, max(0, limit), self._read_max_bytes],
+            weight=self._read_max_bytes,
             refresh=self._refreshes.due(keys.digest, life),
         )
         if reply[0] == UNKNOWN:
