@@ -122,8 +122,9 @@ class StoreSettings(Section):
     max_queued_calls: int = Field(
         default=DEFAULT_MAX_QUEUED_CALLS,
         gt=0,
-        description="Redis store: calls waiting for a connection, per replica, beyond which new "
-        "requests get 503 + Retry-After (running streams always wait their turn).",
+        description="Redis store: calls waiting (for a connection, or in a batch for their "
+        "pipeline), per replica, beyond which new requests get 503 + Retry-After (running "
+        "streams always wait their turn).",
     )
 
     @field_validator("redis_url")
