@@ -29,16 +29,26 @@ if expected >= 0 and tonumber(m[1]) < expected then
   return {-2, 0}
 end
 local max_events = tonumber(ARGV[9])
-local last = 0
+-- One XADD per event; the offset, the trim and the TTL check once per append (add_event does
+-- all three per event: fine for the one-event appends of other scripts).
+local last = tonumber(m[1])
 for i = 16, #ARGV, 2 do
+  last = last + 1
   local event = ARGV[i + 1]
   if event == '' then
-    last = add_event(meta, stream, max_events, ARGV[i], '0', '')
+    redis.call('XADD', stream, string.format('0-%d', last), 'd', ARGV[i])
   else
-    last = add_event(meta, stream, max_events, ARGV[i], '1', string.sub(event, 2))
+    redis.call('XADD', stream, string.format('0-%d', last), 'd', ARGV[i], 'e', string.sub(event, 2))
   end
 end
-redis.call('HSET', meta, 'tok', ARGV[11])
+redis.call('XTRIM', stream, 'MAXLEN', max_events)
+if redis.call('PTTL', stream) == -1 then
+  -- first events of an already finished stream: they expire with its metadata
+  local ms = redis.call('PTTL', meta)
+  if ms < 1 then ms = KEEP_MS end
+  redis.call('PEXPIRE', stream, ms)
+end
+redis.call('HSET', meta, 'last', last, 'tok', ARGV[11])
 if ARGV[12] == '1' then
   redis.call('HSET', meta, 'pend', ARGV[13])
 end
