@@ -159,20 +159,22 @@ class Metrics:
 
         self.store_queue_depth = Gauge(
             "mcp_sse_gateway_store_queue_depth",
-            "Redis store calls waiting for a connection now (this replica).",
+            "Redis store calls waiting now, for a connection or in a batch for their pipeline "
+            "(this replica).",
             registry=self.registry,
         )
         self.store_queue_wait_seconds = Histogram(
             "mcp_sse_gateway_store_queue_wait_seconds",
-            "Time a Redis store call waited for a connection, seconds, by store operation.",
+            "Time a Redis store call waited before its command left (in its batch, then for a "
+            "connection), seconds, by store operation.",
             ["operation"],
             buckets=STORE_BUCKETS_S,
             registry=self.registry,
         )
         self.store_round_trip_seconds = Histogram(
             "mcp_sse_gateway_store_round_trip_seconds",
-            "Time a Redis store call held its connection (commands and replies), seconds, by "
-            "store operation.",
+            "Time a connection was held for one pipeline or call (commands and replies), "
+            "seconds, by store operation.",
             ["operation"],
             buckets=STORE_BUCKETS_S,
             registry=self.registry,

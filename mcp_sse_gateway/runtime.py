@@ -6,8 +6,8 @@ timer, a task) alive for about the time between its events, so young collections
 them to the old generation, and every so often a full collection walks the whole heap: at 5,000
 streams, 0.3 s with the event loop stopped, every few seconds. :func:`tune_gc` raises the young
 threshold (``server.gc_young_threshold``), so that what lives briefly is freed by reference
-counting before a collection sees it, and freezes what start-up built (modules, settings, the
-app), which no collection needs to walk again. Garbage that only the collector can free (cycles)
+counting before a collection sees it, and freezes what start-up built (modules, settings), which
+no collection needs to walk again. Garbage that only the collector can free (cycles)
 is still collected, after more allocations: a bound of about the threshold's worth of objects.
 
 Each stream holds two sockets (the client's and the upstream's), so :func:`raise_open_files_limit`

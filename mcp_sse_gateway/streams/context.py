@@ -39,18 +39,20 @@ class StreamContext:
     replica_id: str
     tracing: Tracing = NO_TRACING
 
-    def check_pump_capacity(self, *, standalone: bool) -> None:
+    def check_pump_capacity(self, *, standalone: bool, reserved: int = 0) -> None:
         """Refuse a new upstream stream beyond ``server.max_pumps`` (running ones go on).
 
         Request pumps and standalone pumps are bounded separately, so standalone GETs (which
         run on while the session lives) can never use up what tool calls need.
+
+        *reserved*: pumps about to start (let in, not yet spawned), counted as running.
 
         Raises:
             GatewayBusy: the bound is reached.
         """
         limit = self.settings.server.max_pumps
         registry = self.registry
-        running = registry.endless if standalone else registry.request_pumps
+        running = (registry.endless if standalone else registry.request_pumps) + reserved
         if running >= limit:
             kind = "standalone" if standalone else "request"
             self.metrics.rejected.labels("pumps").inc()

@@ -70,6 +70,8 @@ class RequestStreams:
     def __init__(self, ctx: StreamContext) -> None:
         self._ctx = ctx
         self._openings = Openings(ctx.settings.server.max_opening_streams)
+        #: POSTs past the pump bound whose pump is not spawned yet (they count toward it).
+        self._reserved_pumps = 0
 
     def stream(self, session_id: str, life: str) -> StreamLife:
         """The stream life *life* of the session in this process (for a connection to read)."""
@@ -116,13 +118,32 @@ class RequestStreams:
         # (which running calls wait for) always go through, and never wait for an opening.
         self._ctx.check_pump_capacity(standalone=False)
         release = await self._openings.enter()
+        reserved = False
         try:
-            # Again: the streams opened while this one waited for its place count too.
-            self._ctx.check_pump_capacity(standalone=False)
+            # Again, with what opened while this one waited, and the openings whose pump is not
+            # running yet: each holds a reservation until its pump is spawned.
+            self._ctx.check_pump_capacity(standalone=False, reserved=self._reserved_pumps)
+            self._reserved_pumps += 1
+            reserved = True
+
+            def spawned() -> None:
+                nonlocal reserved
+                if reserved:
+                    reserved = False
+                    self._reserved_pumps -= 1
+
             return await self._open_post(
-                session_id, call, body, request_ids, method=method, upgrade_wait_s=upgrade_wait_s
+                session_id,
+                call,
+                body,
+                request_ids,
+                method=method,
+                upgrade_wait_s=upgrade_wait_s,
+                spawned=spawned,
             )
         finally:
+            if reserved:
+                self._reserved_pumps -= 1
             release()
 
     async def _open_post(
@@ -134,6 +155,7 @@ class RequestStreams:
         *,
         method: str | None,
         upgrade_wait_s: float | None = None,
+        spawned: Callable[[], None] | None = None,
     ) -> Opened:
         # The request's span: the stream's span and its resumes link to it.
         origin = _Origin(self._ctx.tracing.origin(), time.time_ns(), method)
@@ -146,6 +168,8 @@ class RequestStreams:
         post = _Post(session_id, call, body, request_ids, life, origin, upgrade)
         opened: asyncio.Future[Opened] = asyncio.get_running_loop().create_future()
         self._ctx.registry.spawn(self._start_post(post, opened), name="post.open")
+        if spawned is not None:
+            spawned()  # the registry counts this pump from now on
         try:
             # Waiting on the future, not the task: a client that leaves cancels only the wait.
             await asyncio.wait({opened}, timeout=upgrade_wait_s if upgrade else None)

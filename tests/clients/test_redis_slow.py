@@ -1,8 +1,9 @@
 """Slow is not down (DESIGN D7), against a real redis-server and the real example server.
 
-* Redis answers every command, late (a latency proxy in front of it), while a burst of calls
-  needs many such round trips, and queues for them, for longer in all than the stall timeout:
-  no call gets 503, every call completes, every stream replays in full.
+* Redis answers every command, late (a latency proxy in front of it), under a burst of calls
+  whose store work takes several such round trips each: no call gets 503, every call completes,
+  every stream replays in full. (That a wait longer than the stall timeout is no outage is
+  shown at the store, deterministically: ``tests/store/test_redis_batches.py``.)
 * Redis is frozen (SIGSTOP): within the stall timeout new calls and resumes get 503 +
   ``Retry-After``, the connected client keeps receiving (D4), and after SIGCONT the gateway
   serves again by itself.
@@ -99,13 +100,10 @@ async def test_a_slow_redis_is_waited_for_no_call_refused_no_event_lost(gateway,
         assert statuses == [200] * (sessions * calls_per_session), "a slow Redis refused calls"
         for _, events in results:
             assert _indexes(events) == list(range(count))
-        # Every call's store work took longer than the stall timeout in all (round trips and
-        # the waits for them): that was not an outage.
         print(
             f"calls took {min(took):.2f}-{max(took):.2f} s; store calls queued longer than the "
             f"stall timeout: {_waits_over(gw.app[METRICS], STALL_TIMEOUT_S)}"
         )
-        assert min(took) > STALL_TIMEOUT_S
 
         # Every stream is resumable in full from its priming event.
         async def replay(session: dict[str, str], events: list[Event]) -> list[Event]:

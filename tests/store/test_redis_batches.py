@@ -200,3 +200,51 @@ async def test_closing_with_calls_queued_settles_every_caller(make_redis_store):
         "StoreUnavailable",
     }
     await asyncio.gather(*holders, return_exceptions=True)
+
+
+async def test_new_work_let_in_is_not_refused_by_its_own_pipeline(make_redis_store):
+    store = make_redis_store(max_queued_calls=5)
+    release, holders = await _hold_all_permits(store)
+    lives = [new_life() for _ in range(5)]
+    creates = [
+        asyncio.create_task(store.create_stream(f"n{i}", life, kind="request", owner="r1"))
+        for i, life in enumerate(lives)
+    ]
+    await eventually(lambda: store.queued >= len(creates))
+    release.set()
+    outcomes = await asyncio.gather(*creates, *holders, return_exceptions=True)
+    assert outcomes[: len(creates)] == [None] * len(creates)
+    assert [await store.append(f"n{i}", life, "x", None) for i, life in enumerate(lives)] == [1] * 5
+
+
+async def test_waiting_longer_than_the_stall_timeout_is_not_an_outage(make_redis_store):
+    stall_s = 1.0
+    store = make_redis_store(stall_timeout_s=stall_s)
+    pairs = await _streams(store, 10)
+    first, holders = await _hold_all_permits(store)
+    began = asyncio.get_running_loop().time()
+    appends = [asyncio.create_task(store.append(s, life, "x", None)) for s, life in pairs]
+    creates = [
+        asyncio.create_task(store.create_stream(f"w{i}", new_life(), kind="request", owner="r1"))
+        for i in range(5)
+    ]
+    await eventually(lambda: store.queued >= len(appends) + len(creates))
+    # A second wave of holders, more urgent than the queued calls, takes every permit as the
+    # first wave gives them back: the calls wait two holds (each well within the stall timeout),
+    # longer in all than the stall timeout, and no command of theirs is late.
+    second = asyncio.Event()
+
+    async def hold_again() -> None:
+        async with store._calls.call("hold", LIVENESS):
+            await second.wait()
+
+    again = [asyncio.create_task(hold_again()) for _ in holders]
+    await eventually(lambda: store._calls.queued >= len(again))
+    loop = asyncio.get_running_loop()
+    loop.call_later(stall_s * 0.7, first.set)
+    loop.call_later(stall_s * 1.4, second.set)
+    outcomes = await asyncio.gather(*appends, *creates, return_exceptions=True)
+    await asyncio.gather(*holders, *again)
+    assert loop.time() - began > stall_s
+    assert outcomes == [1] * len(appends) + [None] * len(creates)
+    assert store._calls.healthy

@@ -1,10 +1,23 @@
-"""New streams open a few at a time; an opening holds its place only briefly."""
+"""New streams open a few at a time; an opening holds its place only briefly, and counts toward
+the pump bound while it is under way."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
+
+from mcp_sse_gateway.config import Settings
+from mcp_sse_gateway.errors import GatewayBusy
+from mcp_sse_gateway.metrics import Metrics
+from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.streams import Streams
+from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.openings import Openings
+from mcp_sse_gateway.streams.registry import Registry
+from mcp_sse_gateway.streams.upstream import UpstreamCall
+from tests.support.fake_upstream import URL_, ScriptedResponse, ScriptedUpstream
 from tests.support.waiting import eventually
 
 
@@ -51,3 +64,44 @@ async def test_no_limit_never_waits():
     releases = [await openings.enter() for _ in range(1000)]
     for release in releases:
         release()
+
+
+class _SlowCreate(MemoryStore):
+    """Holds every stream creation until the test lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.creating = 0
+
+    async def create_stream(self, *args: Any, **kwargs: Any) -> None:
+        self.creating += 1
+        await self.go.wait()
+        await super().create_stream(*args, **kwargs)
+
+
+async def test_openings_under_way_count_toward_the_pump_bound():
+    store = _SlowCreate()
+    body = (b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n',)
+    upstream = ScriptedUpstream().then(*(ScriptedResponse(body=body) for _ in range(4)))
+    settings = Settings(upstream={"url": str(URL_)}, server={"max_pumps": 1})
+    ctx = StreamContext(
+        store=store,
+        upstream=upstream,
+        registry=Registry(),
+        settings=settings,
+        metrics=Metrics(),
+        replica_id="replica-a",
+    )
+    streams = Streams(ctx)
+    call = UpstreamCall(URL_, [])
+    first = asyncio.create_task(streams.requests.open_post("s", call, b"{}", [1]))
+    await eventually(lambda: store.creating == 1)
+    # The first one's pump is not spawned yet, but it is under way: no room for another.
+    for _ in range(3):
+        with pytest.raises(GatewayBusy):
+            await streams.requests.open_post("s", call, b"{}", [1])
+    store.go.set()
+    response, stream = await first
+    assert response is not None
+    assert stream is not None

@@ -79,8 +79,9 @@ class Batches:
     def __init__(self, client: Redis, scripts: Scripts, calls: Calls) -> None:
         self._client, self._scripts, self._calls = client, scripts, calls
         self._batches: dict[tuple[str, int], ScriptBatches] = {}
-        # Calls waiting in batches count toward the queue's bound of new work.
-        calls.also_queued = lambda: self.queued
+        # Calls waiting in batches count toward the queue's bound of new work; the flusher
+        # waiting for their permit is already in the queue's own count.
+        calls.also_queued = lambda: max(0, self.queued - self.flushers_waiting)
 
     def of(self, operation: str, priority: int) -> ScriptBatches:
         """The batches of *operation* at *priority*."""
@@ -100,6 +101,11 @@ class Batches:
     def queued(self) -> int:
         """Calls waiting in a batch now, all operations."""
         return sum(len(batches.queued) for batches in self._batches.values())
+
+    @property
+    def flushers_waiting(self) -> int:
+        """Flushers started and not yet holding their permit, all operations."""
+        return sum(batches.flusher_waiting for batches in self._batches.values())
 
     @property
     def pipelines(self) -> int:
@@ -172,7 +178,7 @@ class ScriptBatches:
 
         Raises:
             StoreUnavailable: Redis cannot be reached, stalled, or refused this call.
-            StoreBusy: new work, while ``max_queued`` calls are queued already.
+            StoreBusy: new work, while ``store.max_queued_calls`` calls are queued already.
         """
         if self._refuses_new and self._calls.full:
             self._calls.queue_full()
@@ -190,6 +196,11 @@ class ScriptBatches:
     def queued(self) -> list[_Call]:
         """The calls waiting for a pipeline."""
         return self._queued
+
+    @property
+    def flusher_waiting(self) -> bool:
+        """A flusher started and does not hold its permit yet."""
+        return self._flusher_waiting
 
     def _start_flusher(self) -> None:
         if self._flusher_waiting or not self._queued or len(self._flushers) >= MAX_IN_FLIGHT:
@@ -221,7 +232,7 @@ class ScriptBatches:
         batch: list[_Call] = []
         try:
             async with self._calls.call(
-                self._operation, self._priority, observe_wait=False
+                self._operation, self._priority, observe_wait=False, admitted=True
             ) as held:
                 batch = self._take()
                 now = asyncio.get_running_loop().time()

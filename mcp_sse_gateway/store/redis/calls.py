@@ -149,7 +149,7 @@ class Calls:
 
     @contextlib.asynccontextmanager
     async def call(
-        self, operation: str, priority: int, *, observe_wait: bool = True
+        self, operation: str, priority: int, *, observe_wait: bool = True, admitted: bool = False
     ) -> AsyncIterator[Held]:
         """Hold a permit while the block runs Redis commands; map outages to StoreUnavailable.
 
@@ -159,6 +159,8 @@ class Calls:
                 refused, and only when the queue is full).
             observe_wait: record the wait for the permit (False: the caller records the waits
                 of the calls it carries, a pipeline).
+            admitted: new work already let in (the calls a pipeline carries were checked
+                against the queue's bound as they were queued): never refused for it now.
 
         Yields:
             The hold: a pipeline sets ``refused`` when Redis refused every call it carried (the
@@ -177,7 +179,7 @@ class Calls:
         loop = asyncio.get_running_loop()
         queued_at = loop.time()
         held = Held()
-        await self._acquire(priority)
+        await self._acquire(priority, admitted=admitted)
         started = loop.time()
         self._in_flight += 1
         try:
@@ -198,7 +200,7 @@ class Calls:
             self._on_round_trip(operation, loop.time() - started)
         if not held.refused:
             self._refusing = False
-        if not self._healthy:
+        if not self._healthy and not held.refused:
             self._healthy = True
             log.info("store.redis_recovered", url=self._url, operation=operation)
 
@@ -209,7 +211,7 @@ class Calls:
             self._next_full_log = now + FULL_LOG_INTERVAL_S
             log.warning(
                 "store.queue_full",
-                queued=self._queued if queued is None else queued,
+                queued=self._queued + self.also_queued() if queued is None else queued,
                 limit=self._max_queued,
             )
 
@@ -236,14 +238,14 @@ class Calls:
                 self._queued -= 1
                 future.set_exception(StoreUnavailable("the Redis event store cannot be reached"))
 
-    async def _acquire(self, priority: int) -> None:
+    async def _acquire(self, priority: int, *, admitted: bool = False) -> None:
         # A free permit means nobody is waiting: _release hands a returned permit to a pending
         # waiter before it ever counts it free (granted waiters already hold theirs).
         if self._free:
             self._free -= 1
             return
         loop = asyncio.get_running_loop()
-        if priority == NEW and self.full:
+        if priority == NEW and not admitted and self.full:
             self.queue_full()
             raise StoreBusy("too many event-store calls are waiting")
         future: asyncio.Future[None] = loop.create_future()

@@ -314,8 +314,7 @@ class RedisStore(SessionStore):
         See :mod:`~mcp_sse_gateway.store.redis.calls` and
         :mod:`~mcp_sse_gateway.store.redis.batches`.
         """
-        batched = self._batches.queued if self._batches is not None else 0
-        return self._calls.queued + batched
+        return self._calls.queued + self._calls.also_queued()
 
     @property
     def subscribed(self) -> bool:
