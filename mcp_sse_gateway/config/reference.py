@@ -37,7 +37,8 @@ first: flags, environment, the TOML file, the defaults. Environment variables ar
 its default. `mcp-sse-gateway check-config` prints the settings in effect, secrets redacted.
 
 Tracing is configured by OpenTelemetry's own `OTEL_*` variables, not here: see
-[operations](operations.md#traces).
+[operations](operations.md#traces). "DESIGN D7" and the like name sections of the
+[design](design.md).
 """
 
 
