@@ -10,14 +10,11 @@ import pytest
 
 from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.errors import GatewayBusy
-from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.store.memory import MemoryStore
-from mcp_sse_gateway.streams import Streams
-from mcp_sse_gateway.streams.context import StreamContext
 from mcp_sse_gateway.streams.openings import Openings
-from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.upstream import UpstreamCall
 from tests.support.fake_upstream import URL_, ScriptedResponse, ScriptedUpstream
+from tests.support.streams import make_streams
 from tests.support.waiting import eventually
 
 
@@ -85,15 +82,7 @@ async def test_openings_under_way_count_toward_the_pump_bound():
     body = (b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n',)
     upstream = ScriptedUpstream().then(*(ScriptedResponse(body=body) for _ in range(4)))
     settings = Settings(upstream={"url": str(URL_)}, server={"max_pumps": 1})
-    ctx = StreamContext(
-        store=store,
-        upstream=upstream,
-        registry=Registry(),
-        settings=settings,
-        metrics=Metrics(),
-        replica_id="replica-a",
-    )
-    streams = Streams(ctx)
+    streams = make_streams(settings, upstream, store)
     call = UpstreamCall(URL_, [])
     first = asyncio.create_task(streams.requests.open_post("s", call, b"{}", [1]))
     await eventually(lambda: store.creating == 1)

@@ -28,7 +28,7 @@ from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.sse import encode_retry
 from mcp_sse_gateway.store.base import ReadResult, session_digest
 from mcp_sse_gateway.store.memory import MemoryStore
-from mcp_sse_gateway.streams import StreamContext, Streams
+from mcp_sse_gateway.streams import Streams
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import KEEPALIVE, deliver
 from mcp_sse_gateway.streams.life import Phase, StreamLife
@@ -37,6 +37,7 @@ from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.standalone import standalone_life
 from mcp_sse_gateway.streams.upstream import UpstreamCall
 from tests.support.fake_upstream import URL_, ListSink, ScriptedResponse, ScriptedUpstream, sse
+from tests.support.streams import make_streams
 from tests.support.waiting import eventually
 
 SID = "session-1"
@@ -356,16 +357,7 @@ async def test_a_resumable_upstream_that_closes_on_purpose_is_resumed_with_its_o
 
 
 def _streams(upstream: ScriptedUpstream, store: MemoryStore | None = None) -> Streams:
-    return Streams(
-        StreamContext(
-            store=store or MemoryStore(),
-            upstream=upstream,
-            registry=Registry(),
-            settings=_settings(),
-            metrics=Metrics(),
-            replica_id="replica-a",
-        )
-    )
+    return make_streams(_settings(), upstream, store)
 
 
 CALL = UpstreamCall(URL_, [("Accept", "application/json, text/event-stream")])
@@ -482,16 +474,7 @@ async def test_the_standalone_stream_relays_a_refusal_and_authorizes_joins():
 
 def _replica(store: MemoryStore, upstream: ScriptedUpstream, replica_id: str) -> Streams:
     settings = _settings(store={"lease_ttl_s": 0.3})
-    return Streams(
-        StreamContext(
-            store=store,
-            upstream=upstream,
-            registry=Registry(),
-            settings=settings,
-            metrics=Metrics(),
-            replica_id=replica_id,
-        )
-    )
+    return make_streams(settings, upstream, store, replica_id=replica_id)
 
 
 async def test_one_upstream_get_per_session_across_replicas_and_a_takeover_on_release():
@@ -659,16 +642,7 @@ async def test_the_lease_is_kept_while_the_upstream_get_is_re_opened_for_longer_
         ScriptedResponse(body=first), *unavailable, ScriptedResponse(body=later)
     )
     settings = _settings({"retry_ms": 100}, {"lease_ttl_s": 0.3})
-    streams = Streams(
-        StreamContext(
-            store=store,
-            upstream=upstream,
-            registry=Registry(),
-            settings=settings,
-            metrics=Metrics(),
-            replica_id="a",
-        )
-    )
+    streams = make_streams(settings, upstream, store, replica_id="a")
 
     async def admit(info: Any) -> None:
         return None
@@ -718,16 +692,8 @@ class _SlowDropStore(MemoryStore):
 
 
 def _upgrade_streams(upstream: Any, store: MemoryStore | None = None) -> Streams:
-    return Streams(
-        StreamContext(
-            store=store or MemoryStore(),
-            upstream=upstream,
-            registry=Registry(),
-            settings=_settings({"upgrade_json": True, "upgrade_answer_timeout_s": 42.0}),
-            metrics=Metrics(),
-            replica_id="replica-a",
-        )
-    )
+    settings = _settings({"upgrade_json": True, "upgrade_answer_timeout_s": 42.0})
+    return make_streams(settings, upstream, store)
 
 
 async def test_an_upgraded_call_waits_for_its_answer_as_long_as_the_upgrade_allows():

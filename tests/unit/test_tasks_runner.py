@@ -13,13 +13,12 @@ import pytest
 
 from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.errors import GatewayBusy, StoreUnavailable
-from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.store.memory import MemoryStore
-from mcp_sse_gateway.streams import StreamContext, Streams
+from mcp_sse_gateway.streams import Streams
 from mcp_sse_gateway.streams import tasks as tasks_module
-from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.upstream import UpstreamCall
 from tests.support.fake_upstream import URL_, ScriptedResponse, ScriptedUpstream
+from tests.support.streams import make_streams
 from tests.support.waiting import eventually
 
 CALL = UpstreamCall(URL_, [("Mcp-Method", "tools/call")])
@@ -29,15 +28,7 @@ RESULT = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": []}}).enco
 
 def _streams(store: MemoryStore, upstream: ScriptedUpstream, **server: Any) -> Streams:
     settings = Settings(upstream={"url": str(URL_)}, server=server, tasks={"enabled": True})
-    ctx = StreamContext(
-        store=store,
-        upstream=upstream,
-        registry=Registry(),
-        settings=settings,
-        metrics=Metrics(),
-        replica_id="replica-a",
-    )
-    return Streams(ctx)
+    return make_streams(settings, upstream, store)
 
 
 def _owns(_binding: str) -> bool:
