@@ -252,15 +252,16 @@ async def _session_gone(store, session_id: str) -> bool:
 
 
 async def test_open_streams_of_a_used_session_stay(make_store):
-    # A TTL long enough that a loaded machine never leaves a gap of it between two uses.
-    ttl_s = 1.0
+    # A TTL long enough that a loaded machine never leaves a gap of it between two uses (1 s
+    # was not, once), and a use twice as long as the idle stream would live unrefreshed.
+    ttl_s = 2.0
     store = make_store(session_idle_ttl_s=ttl_s)
     idle, used = new_life(), new_life()
     await store.create_stream("s", idle, kind="standalone", owner="r1")
     await store.append("s", idle, "kept", None)
     await store.create_stream("s", used, kind="request", owner="r1")
     loop = asyncio.get_running_loop()
-    until = loop.time() + 3 * ttl_s
+    until = loop.time() + 2 * ttl_s
     while loop.time() < until:
         await store.append("s", used, "x", None)
         await asyncio.sleep(ttl_s / 20)
