@@ -30,6 +30,12 @@ MAX_HEAD_BYTES = 64 * 1024
 IDLE_WAIT_S = 5.0
 _TIMESTAMP = re.compile(rb'"t":(\d+)')
 _METHOD = b'"method"'
+#: What only a JSON-RPC response of the synthetic upstream holds (see parse_after_end), the
+#: longest first.
+_RESPONSE_MARKERS = (b'"result"', b'"error"')
+#: A block of an optional ``event`` line, an optional ``id`` line and one ``data`` line (what
+#: the targets send), fields written after ": ": group 1 the id (None without), 2 the data.
+_COMMON_BLOCK = re.compile(rb"(?:event: [^\n]*\n)?(?:id: ([^\n]*)\n)?data: ([^\n]*)\n\n")
 
 
 class ClientError(Exception):
@@ -43,6 +49,7 @@ class StreamSink:
     Attributes:
         record_latency: keep ``receipt - t`` of every notification carrying a timestamp.
         stop_after_priming: close the connection at the first event with an id (priming).
+        parse_after_end: parse the body once it ended (see the field).
         notifications: events whose data is a JSON-RPC message with a ``method``.
         events: events with non-empty data (notifications and responses).
         first_id: the first event id seen (the priming id on a primed stream).
@@ -59,6 +66,12 @@ class StreamSink:
     #: only the time to the final response counts.
     track_lag: bool = True
     stop_after_priming: bool = False
+    #: Keep each socket read with its receipt time, unparsed, until one may hold the JSON-RPC
+    #: response (the raw bytes hold ``"result"`` or ``"error"``, which the synthetic
+    #: upstream's notifications never do) or the body ends; then parse them all, each at its
+    #: time, and parse inline from there. The client's parse then does not delay the reads it
+    #: times, and every event is still checked (a replay's timing).
+    parse_after_end: bool = False
     late_after_ns: int = 1_000_000_000
     notifications: int = 0
     events: int = 0
@@ -149,6 +162,10 @@ class Connection(asyncio.Protocol):
         self.until_close = False
         self.sse = bytearray()
         self.head_only = False
+        #: Socket reads of the body kept for later (a sink with ``parse_after_end``); None once
+        #: they were parsed.
+        self.reads: list[tuple[int, bytes]] | None = []
+        self.tail = b""
 
     @classmethod
     async def open(cls, host: str, port: int, timeout_s: float = 10.0) -> Connection:
@@ -167,6 +184,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.until_close and self.response is not None:
             self._complete()
+        self._parse_kept()
         error = ClientError(f"connection closed ({exc or 'EOF'}) in state {self.state}")
         sink = self.sink or self.json_sink
         for future in (self.headers_future, self.body_future, sink.done if sink else None):
@@ -269,10 +287,27 @@ class Connection(asyncio.Protocol):
             buffer.clear()
             self._complete()
 
-    def _payload(self, data: bytes, now_ns: int) -> None:  # noqa: C901 - the SSE parser, inline
+    def _payload(self, data: bytes, now_ns: int) -> None:
         if self.sink is None:
             self.body += data
-            return
+        elif self.sink.parse_after_end and self.reads is not None:
+            # A marker may straddle reads: look at what the last ones ended with too.
+            seen = self.tail + data
+            self.tail = seen[-len(_RESPONSE_MARKERS[0]) + 1 :]
+            self.reads.append((now_ns, data))
+            if any(marker in seen for marker in _RESPONSE_MARKERS):
+                self._parse_kept()
+        else:
+            self._parse(data, now_ns)
+
+    def _parse_kept(self) -> None:
+        """Parse the socket reads kept for a ``parse_after_end`` sink, each at its time; later
+        reads are parsed as they come."""
+        reads, self.reads = self.reads, None
+        for now_ns, data in reads or ():
+            self._parse(data, now_ns, kept=True)
+
+    def _parse(self, data: bytes, now_ns: int, *, kept: bool = False) -> None:  # noqa: C901 - the SSE parser, inline
         sse = self.sse
         sse += data
         held = b""
@@ -287,12 +322,27 @@ class Connection(asyncio.Protocol):
         if end < 0:
             sse += held
             return
-        blocks = bytes(sse[:end]).split(b"\n\n")
+        chunk = bytes(sse[: end + 2])  # whole blocks, each ending with its empty line
         del sse[: end + 2]
         sse += held
         sink = self.sink
+        # A sink may close the connection (stop_after_priming): parse no further then. Kept
+        # reads are parsed whatever became of the connection since.
+        transport = None if kept else self.transport
         assert sink is not None
-        for block in blocks:
+        # Block by block: the common shapes with one regex match each (the parse must cost
+        # well below what the proxy it measures spends per event), any other line by line.
+        pos, size = 0, len(chunk)
+        while pos < size:
+            common = _COMMON_BLOCK.match(chunk, pos)
+            if common is not None:
+                pos = common.end()
+                sink.on_event(common.group(1), common.group(2), now_ns)
+                if transport is not None and transport.is_closing():
+                    return
+                continue
+            stop = chunk.find(b"\n\n", pos)
+            block, pos = chunk[pos:stop], stop + 2
             if not block or (block[0] == 58 and b"\n" not in block):  # a lone comment
                 continue
             event_id = None
@@ -306,10 +356,11 @@ class Connection(asyncio.Protocol):
             if event_id is None and data_value is None:
                 continue
             sink.on_event(event_id, data_value, now_ns)
-            if self.transport is None or self.transport.is_closing():
+            if transport is not None and transport.is_closing():
                 return
 
     def _complete(self) -> None:
+        self._parse_kept()
         response = self.response
         assert response is not None
         response.body = bytes(self.body)

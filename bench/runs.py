@@ -271,7 +271,7 @@ async def replay_once(
         await wait_stored(target, upstream, mark, calls=1, events=missed, timeout_s=timeout_s)
         endpoint = client.endpoint
         connection = await Connection.open(endpoint.host, endpoint.port)
-        sink = StreamSink(track_lag=False)
+        sink = StreamSink(track_lag=False, parse_after_end=True)
         sent_ns = time.time_ns()
         response = await client.resume(sink, primed.first_id, connection=connection)
         if response.status != 200:

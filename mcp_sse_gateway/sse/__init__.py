@@ -14,7 +14,8 @@ module:
 
 * :mod:`.event`: :class:`ServerSentEvent`, one event block.
 * :mod:`.decoder`: :class:`SSEDecoder`, bytes in, blocks out (§9.2.5 and §9.2.6).
-* :mod:`.encoder`: :func:`encode` and the ``encode_*`` functions, blocks out as bytes.
+* :mod:`.encoder`: :func:`encode` and the ``encode_*`` functions, blocks out as bytes
+  (:func:`format_event`, :func:`format_head`: as text).
 """
 
 from mcp_sse_gateway.sse.decoder import SSEDecoder
@@ -24,6 +25,8 @@ from mcp_sse_gateway.sse.encoder import (
     encode_event,
     encode_priming,
     encode_retry,
+    format_event,
+    format_head,
 )
 from mcp_sse_gateway.sse.event import ServerSentEvent
 
@@ -35,4 +38,6 @@ __all__ = [
     "encode_event",
     "encode_priming",
     "encode_retry",
+    "format_event",
+    "format_head",
 ]

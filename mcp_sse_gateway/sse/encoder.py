@@ -37,6 +37,17 @@ def _head(event: str | None, id: str | None, retry_ms: int | None) -> str:
     return head
 
 
+def format_head(event: str | None = None, id: str | None = None) -> str:
+    r"""The event and id lines of a block, checked: ``"event: T\nid: I\n"``.
+
+    Either line is left out when its value is None.
+
+    Raises:
+        InvalidSSEField: ``event`` or ``id`` holds CR, LF or NUL (it would forge fields).
+    """
+    return _head(event, id, None)
+
+
 def _data_lines(data: str) -> str:
     """One data line per line of ``data`` (which holds a CR or LF), then the empty line."""
     if "\r" in data:
@@ -44,6 +55,30 @@ def _data_lines(data: str) -> str:
     lines = [f"data: {line}\n" if line else "data:\n" for line in data.split("\n")]
     lines.append("\n")
     return "".join(lines)
+
+
+def format_event(
+    data: str,
+    *,
+    event: str | None = None,
+    id: str | None = None,
+    retry_ms: int | None = None,
+) -> str:
+    """:func:`encode_event` as text: for joining many blocks before one encode.
+
+    Raises:
+        InvalidSSEField: ``event`` or ``id`` holds CR, LF or NUL (it would forge fields).
+        ValueError: ``retry_ms`` is not a non-negative int.
+    """
+    if "\n" in data or "\r" in data:
+        if event is None and id is None and retry_ms is None:
+            return _data_lines(data)
+        return _head(event, id, retry_ms) + _data_lines(data)
+    # The fast path: one data line.
+    if event is None and id is None and retry_ms is None:
+        return f"data: {data}\n\n" if data else "data:\n\n"
+    head = _head(event, id, retry_ms)
+    return f"{head}data: {data}\n\n" if data else f"{head}data:\n\n"
 
 
 def encode_event(
@@ -76,15 +111,7 @@ def encode_event(
         ValueError: ``retry_ms`` is not a non-negative int; or the text holds a lone surrogate
             (UnicodeEncodeError).
     """
-    if "\n" in data or "\r" in data:
-        if event is None and id is None and retry_ms is None:
-            return _data_lines(data).encode()
-        return (_head(event, id, retry_ms) + _data_lines(data)).encode()
-    # The fast path: one data line, built and encoded in one go.
-    if event is None and id is None and retry_ms is None:
-        return f"data: {data}\n\n".encode() if data else b"data:\n\n"
-    head = _head(event, id, retry_ms)
-    return f"{head}data: {data}\n\n".encode() if data else f"{head}data:\n\n".encode()
+    return format_event(data, event=event, id=id, retry_ms=retry_ms).encode()
 
 
 def encode_comment(text: str = "") -> bytes:

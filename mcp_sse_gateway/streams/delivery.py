@@ -50,7 +50,7 @@ from mcp_sse_gateway.errors import (
 )
 from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.metrics import Metrics
-from mcp_sse_gateway.sse import encode_comment, encode_event, encode_priming
+from mcp_sse_gateway.sse import encode_comment, encode_priming, format_event, format_head
 from mcp_sse_gateway.store.base import EventStore, StoredEvent
 from mcp_sse_gateway.streams.cursor import Delivered, DeliveryCursor
 from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
@@ -64,7 +64,8 @@ log = structlog.get_logger("mcp_sse_gateway.delivery")
 KEEPALIVE = encode_comment("keepalive")
 #: Events are written in pieces of about this size: a slow reader is one whose single write of
 #: at most this much stays blocked for ``slow_reader_cut_s`` (no progress), not one that needs
-#: longer than that for a whole replay batch.
+#: longer than that for a whole replay batch. Counted in characters (UTF-8 may be up to 4 times
+#: as many bytes).
 WRITE_CHUNK_BYTES = 256 * 1024
 #: While the store is down, try it again this often, seconds (news of the feed wakes at once).
 OUTAGE_STORE_CHECK_S = 1.0
@@ -120,6 +121,8 @@ class Delivery:
         self._reader = StoreReader(store, stream.session_id, stream.life, self._batch)
         self._replaying = True
         self._full_batches = 0
+        #: Per event type, the block's lines up to its offset (see _write_events).
+        self._heads: dict[str | None, str] = {}
         #: When the client last got something (events, or a keepalive comment).
         self._quiet_since = time.monotonic()
         self._close_at = self._polling_close(time.monotonic())
@@ -197,7 +200,7 @@ class Delivery:
         if result.events:
             if len(result.events) == self._batch and not result.finished:
                 # A replay: the store reads the next batch while this one is written.
-                self._reader.prefetch(result.events[-1].offset)
+                await self._reader.prefetch(result.events[-1].offset)
             await self._write_events(result.events)
         if result.finished:
             return "finished"
@@ -304,31 +307,41 @@ class Delivery:
     async def _write_events(self, events: Sequence[StoredEvent | FeedEvent]) -> None:
         """Write *events* in pieces of about :data:`WRITE_CHUNK_BYTES`; advance the cursor.
 
-        Events never stored (offset None: the store was lost) are sent without an id.
+        Events never stored (offset None: the store was lost) are sent without an id. A piece
+        is formatted as text and encoded once (one encode per write, not per event).
         """
         life = self._stream.life
         cursor = self.cursor
         # The cursor in locals (this loop runs per event), stored before each write.
         last, unstored = cursor.offset, cursor.unstored
-        pieces: list[bytes] = []
+        # The lines before the offset, per event type (checked once): the common block is
+        # then one format, as a minted id holds only hex digits, "-" and digits.
+        heads = self._heads
+        pieces: list[str] = []
         size = 0
         for event in events:
-            offset = event.offset
+            offset, data = event.offset, event.data
             if offset is None:
-                piece = encode_event(event.data, event=event.event)
+                block = format_event(data, event=event.event)
                 unstored += 1
             else:
-                piece = encode_event(event.data, event=event.event, id=event_id(life, offset))
+                if data and "\n" not in data and "\r" not in data:
+                    head = heads.get(event.event)
+                    if head is None:
+                        head = heads[event.event] = format_head(event.event, f"{life}-")[:-1]
+                    block = f"{head}{offset}\ndata: {data}\n\n"
+                else:
+                    block = format_event(data, event=event.event, id=event_id(life, offset))
                 last, unstored = offset, 0
-            pieces.append(piece)
-            size += len(piece)
+            pieces.append(block)
+            size += len(block)
             if size >= WRITE_CHUNK_BYTES:
                 cursor.offset, cursor.unstored = last, unstored
-                await self._sink.write(b"".join(pieces))
+                await self._sink.write("".join(pieces).encode())
                 pieces, size = [], 0
         cursor.offset, cursor.unstored = last, unstored
         if pieces:
-            await self._sink.write(b"".join(pieces))
+            await self._sink.write("".join(pieces).encode())
         self.events += len(events)
         self._quiet_since = time.monotonic()
 

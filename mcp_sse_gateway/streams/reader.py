@@ -26,13 +26,19 @@ class StoreReader:
         self._ahead: asyncio.Future[ReadResult] | None = None
         self._ahead_after = -1
 
-    def prefetch(self, after: int) -> None:
-        """Start reading the batch after *after* now."""
+    async def prefetch(self, after: int) -> None:
+        """Start reading the batch after *after* now.
+
+        Returns once the read has run up to its first wait (its request sent, or queued for a
+        pipeline): the task would otherwise start only when the caller next waits, which a
+        write that the socket takes at once never does, and the read would not overlap it.
+        """
         self.cancel()
         self._ahead = asyncio.ensure_future(
             self._store.read(self._session_id, self._life, after, self._batch)
         )
         self._ahead_after = after
+        await asyncio.sleep(0)
 
     async def read(self, after: int) -> ReadResult:
         """The batch after *after* (the prefetched one if it was for the same cursor)."""

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import redis
 import structlog
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
@@ -25,7 +27,7 @@ from mcp_sse_gateway.errors import (
     UnknownStream,
 )
 from mcp_sse_gateway.event_ids import new_life
-from mcp_sse_gateway.store.base import session_digest
+from mcp_sse_gateway.store.base import StoredEvent, session_digest
 from mcp_sse_gateway.store.redis import (
     CLIENT_NAME,
     COMMAND_CONNECTIONS,
@@ -34,6 +36,7 @@ from mcp_sse_gateway.store.redis import (
     RedisStore,
 )
 from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
+from mcp_sse_gateway.store.redis.replays import SMALL_EVENT_BYTES
 from tests.conftest import RedisServerProcess, redis_server_executable
 from tests.support.waiting import DEADLINE_S, eventually, parked
 
@@ -113,11 +116,12 @@ async def _scenario(backend) -> dict[str, list[str]]:
     await store.record_session(deleted, "2025-06-18")
     trimmed, open_, orphan, fourth = new_life(), new_life(), new_life(), new_life()
     await store.create_stream(alive, trimmed, kind="request", owner="r1")
-    for i in range(8):
-        await store.append(alive, trimmed, f"m{i}", None)
+    for i in range(8):  # big ones among them: their index is trimmed with them
+        await store.append(alive, trimmed, f"m{i}" * (600 if i % 3 == 0 else 1), None)
     await store.finish(alive, trimmed)
     await store.create_stream(alive, open_, kind="standalone", owner="r1")
     await store.append(alive, open_, "a", "custom")
+    await store.append(alive, open_, "b" * (SMALL_EVENT_BYTES + 1), None)  # a big event
     await store.create_stream(alive, orphan, kind="request", owner="dead")
     await store.create_stream(alive, fourth, kind="request", owner="r1")  # evicts `trimmed`
     assert await store.end_orphaned(alive, orphan, ["error"])
@@ -129,7 +133,7 @@ async def _scenario(backend) -> dict[str, list[str]]:
     late = new_life()
     await store.create_stream(other, late, kind="request", owner="r1")
     await store.finish(other, late)
-    await store.append(other, late, "late", None)
+    await store.append(other, late, "late" * SMALL_EVENT_BYTES, None)  # big: its index is new
     dropped = new_life()
     await store.create_stream(other, dropped, kind="request", owner="r1")
     await store.drop_stream(other, dropped)
@@ -339,6 +343,167 @@ async def test_large_events_are_read_in_bounded_replies(make_redis_store):
     assert sizes == [2, 2, 2, 2, 2]
     store._read_max_bytes = 10  # smaller than one event: one at a time, never none
     assert [e.offset for e in (await store.read("s", life, 4, 100)).events] == [5]
+
+
+# Replays of small events: one transaction with a raw XRANGE, no read script -------------------
+
+
+def _fast_reads(store, monkeypatch) -> list[list[StoredEvent]]:
+    """The events of each read served without the read script, as they happen."""
+    served: list[list[StoredEvent]] = []
+    replays = store._replays
+    real = replays.read
+
+    async def read(*args, **kwargs):
+        result = await real(*args, **kwargs)
+        served.append(result.events)
+        return result
+
+    monkeypatch.setattr(replays, "read", read)
+    return served
+
+
+def _size(event: StoredEvent) -> int:
+    """What the append scripts count of an event (a type is stored after one marker byte)."""
+    return len(event.data.encode()) + (0 if event.event is None else len(event.event) + 1)
+
+
+async def test_a_replay_of_small_events_reads_them_raw_after_its_first_batch(
+    make_redis_store, monkeypatch
+):
+    store = make_redis_store()
+    served = _fast_reads(store, monkeypatch)
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    stored = [
+        StoredEvent(i, json.dumps({"i": i, "pad": "é" * 40}), "progress" if i % 7 == 0 else None)
+        for i in range(1, 2501)
+    ]
+    for start in range(0, len(stored), 100):
+        batch = stored[start : start + 100]
+        for event in batch:
+            await store.append("s", life, event.data, event.event)
+    await store.finish("s", life)
+    read, cursor, finished = [], 0, False
+    while not finished:
+        result = await store.read("s", life, cursor, 1000)
+        read += result.events
+        cursor, finished = result.events[-1].offset, result.finished
+    assert read == stored
+    # The first read learns that every event is small; the next two need no script.
+    assert [len(events) for events in served] == [1000, 500]
+    assert served[0][0].offset == 1001
+
+
+@pytest.mark.parametrize("budget", [1024 * 1024, 3000])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 300, SMALL_EVENT_BYTES - 9, SMALL_EVENT_BYTES, 1025, 5000]),
+            st.sampled_from([None, None, "", "t", "progress"]),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    limits=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+)
+async def test_replays_serve_each_event_once_and_big_ones_only_through_the_script(
+    make_redis_store, monkeypatch, budget, events, limits
+):
+    store = make_redis_store()
+    store._read_max_bytes = budget
+    served = _fast_reads(store, monkeypatch)
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    stored = [
+        StoredEvent(offset, "x" * size, event)
+        for offset, (size, event) in enumerate(events, start=1)
+    ]
+    for event in stored:
+        await store.append("s", life, event.data, event.event)
+    await store.finish("s", life)
+    read, cursor, finished, turn = [], 0, False, 0
+    while not finished:
+        # Each pass starts again from 0 once: what was learnt serves the second pass too.
+        result = await store.read("s", life, cursor, limits[turn % len(limits)])
+        read += result.events
+        cursor, finished, turn = result.events[-1].offset, result.finished, turn + 1
+    again, cursor = [], 0
+    while cursor < len(stored):
+        result = await store.read("s", life, cursor, limits[turn % len(limits)])
+        again += result.events
+        cursor, turn = result.events[-1].offset, turn + 1
+    assert read == stored
+    assert again == stored
+    for events_served in served:
+        assert all(_size(event) <= SMALL_EVENT_BYTES for event in events_served)
+        assert len(events_served) <= budget // SMALL_EVENT_BYTES
+
+
+async def test_events_an_older_replica_appended_are_read_by_the_script(
+    make_redis_store, monkeypatch
+):
+    store = make_redis_store()
+    admin = make_redis_store.admin()
+    served = _fast_reads(store, monkeypatch)
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for data in "abc":
+        await store.append("s", life, data, None)
+    # An older replica's append: the event is stored, but not listed among the big ones.
+    keys = SessionKeys.of(PREFIX, "s")
+    await admin.hincrby(keys.meta(life), "last", 1)
+    await admin.xadd(keys.stream(life), {"d": "x" * 5000}, id="0-4")
+    for data in "ef":
+        await store.append("s", life, data, None)
+    assert await admin.hget(keys.meta(life), "ix") == b"3"  # indexed up to it, never beyond
+    assert [e.offset for e in (await store.read("s", life, 0, 100)).events] == [1, 2, 3, 4, 5, 6]
+    assert [e.offset for e in (await store.read("s", life, 1, 100)).events] == [2, 3]
+    assert [e.offset for e in (await store.read("s", life, 3, 100)).events] == [4, 5, 6]
+    assert [[e.offset for e in events] for events in served] == [[2, 3]]
+
+
+async def test_a_raw_read_of_a_trimmed_or_recreated_stream_is_told_its_cursor_is_gone(
+    make_redis_store, monkeypatch
+):
+    store = make_redis_store(max_events_per_stream=5)
+    admin = make_redis_store.admin()
+    served = _fast_reads(store, monkeypatch)
+    keys = SessionKeys.of(PREFIX, "s")
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(5):
+        await store.append("s", life, "big" * SMALL_EVENT_BYTES if i == 4 else "small", None)
+    assert len((await store.read("s", life, 0, 2)).events) == 2  # learns: 1 to 4 are small
+    for _ in range(3):
+        await store.append("s", life, "more", None)  # trims 1 to 3, and the big event's index
+    with pytest.raises(CursorGone):
+        await store.read("s", life, 2, 2)
+    assert served == []  # the transaction's checks refused it: nothing came back raw
+    assert await admin.zcard(keys.meta(life) + ":big") == 1  # offset 5, still stored
+    for _ in range(5):
+        await store.append("s", life, "more", None)
+    assert await admin.exists(keys.meta(life) + ":big") == 0  # trimmed with its event
+    # A standalone stream life dropped, then created again after its old offsets, with big
+    # events where a raw read would have looked: the checks see the old cursor gone.
+    standalone = new_life()
+    await store.create_stream("s", standalone, kind="standalone", owner="r1")
+    for _ in range(5):
+        await store.append("s", standalone, "small", None)
+    assert len((await store.read("s", standalone, 0, 1)).events) == 1
+    await store.drop_stream("s", standalone)
+    await store.create_stream("s", standalone, kind="standalone", owner="r1", start_after=5)
+    for _ in range(5):
+        await store.append("s", standalone, "big" * SMALL_EVENT_BYTES, None)
+    with pytest.raises(CursorGone):
+        await store.read("s", standalone, 1, 100)
+    assert served == []
 
 
 def _lose_first_reply(store, monkeypatch, script: str, *, applied: bool) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -337,8 +338,8 @@ class MemoryStreams:
         if after + 1 < stream.first_offset or after > stream.last_offset:
             raise CursorGone
         start = after + 1 - stream.first_offset
-        end = min(start + limit, len(stream.events))
-        events = [stream.events[i] for i in range(start, end)]
+        # islice walks the deque once (indexing it walks from an end for every event).
+        events = list(itertools.islice(stream.events, start, start + max(0, limit)))
         reached = events[-1].offset if events else after
         return ReadResult(events, stream.finished and reached >= stream.last_offset, stream.reader)
 

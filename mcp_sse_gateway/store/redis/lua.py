@@ -32,6 +32,7 @@ SCRIPT_NAMES = (
     "append",
     "finish",
     "read",
+    "read_head",
     "stream_info",
     "watch",
     "end_orphaned",

@@ -61,6 +61,7 @@ from mcp_sse_gateway.store.redis.local_cache import (
 )
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
+from mcp_sse_gateway.store.redis.replays import Replays
 from mcp_sse_gateway.store.redis.sessions import SessionStore
 from mcp_sse_gateway.store.redis.streams import ms, text
 from mcp_sse_gateway.store.redis.wakeups import Wakeups
@@ -187,6 +188,7 @@ class RedisStore(SessionStore):
         )
         if not isinstance(client, RedisCluster):
             self._batches = Batches(client, self._scripts, self._calls)
+            self._replays = Replays(client, self._scripts, self._calls)
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
             client,

@@ -15,13 +15,14 @@ from typing import Any, cast
 import structlog
 
 from mcp_sse_gateway.errors import CursorGone, LeaseLost, StoreLimitExceeded, UnknownStream
-from mcp_sse_gateway.store.base import Lease, ReadResult, StoredEvent, StreamInfo, StreamKind
+from mcp_sse_gateway.store.base import Lease, ReadResult, StreamInfo, StreamKind
 from mcp_sse_gateway.store.redis.batches import Batches
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.local_cache import Refreshes
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
+from mcp_sse_gateway.store.redis.replays import Replays, stored_events
 
 log = structlog.get_logger("mcp_sse_gateway.store")
 
@@ -90,6 +91,8 @@ class StreamStore:
         self._refreshes = Refreshes(refresh_period_s)
         #: Concurrent calls of one kind share pipelines (None: one round trip each).
         self._batches: Batches | None = None
+        #: Reads of events known to be small, without the read script (None: Redis Cluster).
+        self._replays: Replays | None = None
 
     async def _script(
         self,
@@ -307,6 +310,12 @@ class StreamStore:
             StoreUnavailable: Redis cannot be reached.
         """
         keys = self._keys(session_id)
+        refresh = self._refreshes.due(keys.digest, life)
+        replays = self._replays
+        if replays is not None:
+            count = replays.fast_count(keys, life, after, limit, self._read_max_bytes)
+            if count > 0:
+                return await replays.read(keys, life, after, count, refresh=refresh)
         reply = await self._script(
             "read",
             RUNNING,
@@ -314,21 +323,19 @@ class StreamStore:
             [keys.meta(life), keys.stream(life)],
             [after, max(0, limit), self._read_max_bytes],
             weight=self._read_max_bytes,
-            refresh=self._refreshes.due(keys.digest, life),
+            refresh=refresh,
         )
         if reply[0] == UNKNOWN:
             raise UnknownStream
         if reply[0] == LOST:
             raise CursorGone
-        finished, last, flat, reader = reply
-        events = [
-            StoredEvent(
-                after + 1 + index,
-                text(data),
-                None if not event else text(event)[1:],
-            )
-            for index, (data, event) in enumerate(zip(flat[::2], flat[1::2], strict=True))
-        ]
+        finished, last, datas, types, reader, small_until = reply
+        if replays is not None:
+            replays.known.learn(keys.digest, life, after, int(small_until))
+        events = stored_events(after + 1, datas)
+        for at in range(0, len(types), 2):
+            index = int(types[at]) - 1
+            events[index] = events[index]._replace(event=text(types[at + 1]))
         reached = events[-1].offset if events else after
         return ReadResult(events, bool(finished) and reached >= last, text(reader))
 

@@ -13,7 +13,7 @@ if ARGV[14] ~= '' then
     return {-3, 0}
   end
 end
-local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base')
+local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base', 'ix')
 if not m[1] then
   return {-1, 0}
 end
@@ -31,17 +31,21 @@ end
 local max_events = tonumber(ARGV[9])
 -- One XADD per event; the offset, the trim and the TTL check once per append (add_event does
 -- all three per event: fine for the one-event appends of other scripts).
-local last = tonumber(m[1])
+local previous = tonumber(m[1])
+local last, bigs = previous, {}
 for i = 16, #ARGV, 2 do
   last = last + 1
-  local event = ARGV[i + 1]
+  local data, event = ARGV[i], ARGV[i + 1]
   if event == '' then
-    redis.call('XADD', stream, string.format('0-%d', last), 'd', ARGV[i])
+    redis.call('XADD', stream, string.format('0-%d', last), 'd', data)
   else
-    redis.call('XADD', stream, string.format('0-%d', last), 'd', ARGV[i], 'e', string.sub(event, 2))
+    redis.call('XADD', stream, string.format('0-%d', last), 'd', data, 'e', string.sub(event, 2))
+  end
+  if #data + #event > SMALL_BYTES then
+    bigs[#bigs + 1] = last
   end
 end
-redis.call('XTRIM', stream, 'MAXLEN', max_events)
+local cut = redis.call('XTRIM', stream, 'MAXLEN', max_events)
 if redis.call('PTTL', stream) == -1 then
   -- first events of an already finished stream: they expire with its metadata
   local ms = redis.call('PTTL', meta)
@@ -49,6 +53,7 @@ if redis.call('PTTL', stream) == -1 then
   redis.call('PEXPIRE', stream, ms)
 end
 redis.call('HSET', meta, 'last', last, 'tok', ARGV[11])
+index_events(meta, stream, previous, last, m[5], bigs, cut > 0 and last - max_events or 0)
 if ARGV[12] == '1' then
   redis.call('HSET', meta, 'pend', ARGV[13])
 end

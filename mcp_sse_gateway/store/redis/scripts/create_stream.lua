@@ -37,7 +37,8 @@ if redis.call('LLEN', INDEX) >= tonumber(ARGV[11]) then
   end
 end
 redis.call('HSET', KEYS[3], 'kind', ARGV[9], 'owner', ARGV[10], 'last', ARGV[13],
-  'base', ARGV[13], 'fin', '0', 'pend', ARGV[12], 'auth', ARGV[14], 'creator', ARGV[15])
+  'base', ARGV[13], 'ix', ARGV[13], 'fin', '0', 'pend', ARGV[12], 'auth', ARGV[14],
+  'creator', ARGV[15])
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[3], 'trace', ARGV[16])
 end

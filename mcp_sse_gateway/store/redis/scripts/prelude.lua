@@ -32,9 +32,44 @@ local function extend(key, ms)
   end
 end
 
+-- An event of more than SMALL_BYTES (data and type) is a big one: its offset is listed (score
+-- and member) in the sorted set `<meta>:big`, which lives as long as the stream. The meta field
+-- `ix` is the offset up to which every big event is listed: an append of this version carries
+-- it on, one of an older version (which lists nothing) leaves it behind for good. A read then
+-- knows which events after its cursor are small without looking at them (read_head.lua and
+-- the store's replays.py, SMALL_EVENT_BYTES).
+local SMALL_BYTES = 1024
+
+local function big_of(meta)
+  return meta .. ':big'
+end
+
+-- Events were added at offsets previous + 1 .. last; `bigs` holds the big ones. The index
+-- goes on only from where it was (an older writer's events are not indexed), its TTL is the
+-- stream's, and offsets trimmed from the stream (up to `trimmed_to`) leave it.
+local function index_events(meta, stream, previous, last, ix, bigs, trimmed_to)
+  local big = big_of(meta)
+  if #bigs > 0 then
+    for _, offset in ipairs(bigs) do
+      redis.call('ZADD', big, offset, offset)
+    end
+    local ttl = redis.call('PTTL', stream)
+    if ttl > 0 then
+      redis.call('PEXPIRE', big, ttl)
+    end
+  end
+  if trimmed_to > 0 then
+    redis.call('ZREMRANGEBYSCORE', big, '-inf', trimmed_to)
+  end
+  if tonumber(ix or '-1') == previous then
+    redis.call('HSET', meta, 'ix', last)
+  end
+end
+
 local function refresh_open(meta, stream)
   redis.call('PEXPIRE', meta, KEEP_MS)
   redis.call('PEXPIRE', stream, KEEP_MS)
+  redis.call('PEXPIRE', big_of(meta), KEEP_MS)
 end
 
 -- The stream being used: refreshed unless this replica did so lately (REFRESH).
@@ -71,7 +106,7 @@ local function touch_session()
 end
 
 local function drop(life)
-  local n = redis.call('DEL', META_PREFIX .. life, STREAM_PREFIX .. life)
+  local n = redis.call('DEL', META_PREFIX .. life, STREAM_PREFIX .. life, big_of(META_PREFIX .. life))
   redis.call('LREM', INDEX, 0, life)
   if n > 0 then
     wake(life)
@@ -87,6 +122,7 @@ local function drop_all()
 end
 
 local function add_event(meta, stream, max_events, data, has_event, event)
+  local ix = redis.call('HGET', meta, 'ix')
   local last = redis.call('HINCRBY', meta, 'last', 1)
   local id = string.format('0-%d', last)
   if has_event == '1' then
@@ -100,6 +136,11 @@ local function add_event(meta, stream, max_events, data, has_event, event)
     if ms < 1 then ms = KEEP_MS end
     redis.call('PEXPIRE', stream, ms)
   end
+  local bigs = {}
+  if #data + #event > SMALL_BYTES then
+    bigs[1] = last
+  end
+  index_events(meta, stream, last - 1, last, ix, bigs, last - max_events)
   return last
 end
 
@@ -107,6 +148,37 @@ local function finish(meta, stream, life, fin_ms)
   redis.call('HSET', meta, 'fin', '1')
   redis.call('PEXPIRE', meta, fin_ms)
   redis.call('PEXPIRE', stream, fin_ms)
+  redis.call('PEXPIRE', big_of(meta), fin_ms)
   extend(INDEX, fin_ms)
   wake(life)
+end
+
+-- The checks of a read after `after` (read.lua, read_head.lua), with their TTL refreshes:
+-- the meta fields {last, fin, rdr, ix} and the last offset, or nil and the error reply.
+local function read_checks(meta, stream, after)
+  local m = redis.call('HMGET', meta, 'last', 'fin', 'rdr', 'ix')
+  if not m[1] then
+    return nil, {-1}
+  end
+  local last = tonumber(m[1])
+  local first = last - redis.call('XLEN', stream) + 1
+  if after + 1 < first or after > last then
+    return nil, {-2}
+  end
+  if m[2] ~= '1' then
+    keep_open(meta, stream)
+  end
+  touch_session()
+  return m, last
+end
+
+-- The offset up to which every event after `after` is small and indexed (`after` when none is
+-- known to be): a read of those events needs no byte count.
+local function small_until(meta, after, last, ix)
+  local known = math.min(last, tonumber(ix or '') or after)
+  local big = redis.call('ZRANGEBYSCORE', big_of(meta), '(' .. after, '+inf', 'LIMIT', 0, 1)
+  if big[1] then
+    known = math.min(known, tonumber(big[1]) - 1)
+  end
+  return math.max(known, after)
 end

@@ -1,39 +1,41 @@
 -- KEYS[3] meta, KEYS[4] stream. ARGV[8] after, ARGV[9] limit, ARGV[10] reply byte budget.
--- -> {finished (1/0), last, flat events, newest reader}; {-1} unknown stream; {-2} cursor gone
-local m = redis.call('HMGET', KEYS[3], 'last', 'fin', 'rdr')
-if not m[1] then
-  return {-1}
-end
-local last = tonumber(m[1])
-local first = last - redis.call('XLEN', KEYS[4]) + 1
+-- -> {finished (1/0), last, datas, event types (index, type, ...), newest reader, the offset up
+--    to which the events after `after` are small (see small_until)};
+--    {-1} unknown stream; {-2} cursor gone
 local after, limit = tonumber(ARGV[8]), tonumber(ARGV[9])
-if after + 1 < first or after > last then
-  return {-2}
+local m, last = read_checks(KEYS[3], KEYS[4], after)
+if not m then
+  return last
 end
-if m[2] ~= '1' then
-  keep_open(KEYS[3], KEYS[4])
-end
-touch_session()
 -- At most `limit` entries, and no more bytes than the budget (but always one entry): a batch of
 -- large events must not become one huge reply. Offsets are consecutive from after + 1, so the
--- reply is flat: data, then '' (no event type) or '=' and the type, per event.
-local out, n, size, budget = {}, 0, 0, tonumber(ARGV[10])
+-- reply holds the datas in order, and the event types apart, as index then type, for the few
+-- events that have one (the per-entry work here is most of a replay's cost in Redis).
+local datas, types, n, size, budget = {}, {}, 0, 0, tonumber(ARGV[10])
 local from = string.format('(0-%d', after)
 while n < limit and size < budget do
-  local chunk = redis.call('XRANGE', KEYS[4], from, '+', 'COUNT', math.min(256, limit - n))
-  if #chunk == 0 then
-    break
-  end
-  for _, entry in ipairs(chunk) do
-    local fields = entry[2]
-    size = size + #fields[2] + (fields[4] and #fields[4] or 0)
+  local count = math.min(256, limit - n)
+  local chunk = redis.call('XRANGE', KEYS[4], from, '+', 'COUNT', count)
+  local taken = 0
+  for i = 1, #chunk do
+    local fields = chunk[i][2]
+    local data, event = fields[2], fields[4]
+    size = size + #data + (event and #event or 0)
     if n > 0 and size > budget then
       break
     end
     n = n + 1
-    out[2 * n - 1] = fields[2]
-    out[2 * n] = fields[4] and ('=' .. fields[4]) or ''
-    from = '(' .. entry[1]
+    datas[n] = data
+    if event then
+      types[#types + 1] = n
+      types[#types + 1] = event
+    end
+    taken = i
   end
+  if taken < count then
+    break -- the end of the stream, or of the budget
+  end
+  from = '(' .. chunk[taken][1]
 end
-return {m[2] == '1' and 1 or 0, last, out, m[3] or ''}
+return {m[2] == '1' and 1 or 0, last, datas, types, m[3] or '',
+  small_until(KEYS[3], after, last, m[4])}
