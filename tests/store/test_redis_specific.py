@@ -446,6 +446,20 @@ async def test_replays_serve_each_event_once_and_big_ones_only_through_the_scrip
         assert len(events_served) <= budget // SMALL_EVENT_BYTES
 
 
+async def test_a_raw_read_goes_on_after_redis_forgot_the_scripts(make_redis_store, monkeypatch):
+    store = make_redis_store()
+    admin = make_redis_store.admin()
+    served = _fast_reads(store, monkeypatch)
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(6):
+        await store.append("s", life, f"e{i}", None)
+    assert len((await store.read("s", life, 0, 2)).events) == 2
+    await admin.script_flush()  # as after a restart of Redis with its data kept
+    assert [e.data for e in (await store.read("s", life, 2, 2)).events] == ["e2", "e3"]
+    assert [[e.offset for e in events] for events in served] == [[3, 4]]
+
+
 async def test_events_an_older_replica_appended_are_read_by_the_script(
     make_redis_store, monkeypatch
 ):

@@ -95,7 +95,8 @@ class Replays:
     """
 
     def __init__(self, client: Redis, scripts: Scripts, calls: Calls) -> None:
-        # A client of its own on the same pool: XRANGE replies stay raw here only.
+        # A client of its own on the same pool (its connections, and their repeat policy):
+        # XRANGE replies stay raw here only.
         self._client = Redis(connection_pool=client.connection_pool)
         self._client.set_response_callback("XRANGE", _raw)
         self._scripts, self._calls = scripts, calls

@@ -52,8 +52,11 @@ if redis.call('PTTL', stream) == -1 then
   if ms < 1 then ms = KEEP_MS end
   redis.call('PEXPIRE', stream, ms)
 end
-redis.call('HSET', meta, 'last', last, 'tok', ARGV[11])
-index_events(meta, stream, previous, last, m[5], bigs, cut > 0 and last - max_events or 0)
+if index_events(meta, stream, previous, m[5], bigs, cut > 0 and last - max_events or 0) then
+  redis.call('HSET', meta, 'last', last, 'tok', ARGV[11], 'ix', last)
+else
+  redis.call('HSET', meta, 'last', last, 'tok', ARGV[11])
+end
 if ARGV[12] == '1' then
   redis.call('HSET', meta, 'pend', ARGV[13])
 end

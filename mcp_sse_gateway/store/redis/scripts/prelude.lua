@@ -45,9 +45,10 @@ local function big_of(meta)
 end
 
 -- Events were added at offsets previous + 1 .. last; `bigs` holds the big ones. The index
--- goes on only from where it was (an older writer's events are not indexed), its TTL is the
--- stream's, and offsets trimmed from the stream (up to `trimmed_to`) leave it.
-local function index_events(meta, stream, previous, last, ix, bigs, trimmed_to)
+-- goes on only from where it was (an older writer's events are not indexed: `ix` stays), its
+-- TTL is the stream's, and offsets trimmed from the stream (up to `trimmed_to`) leave it.
+-- Returns whether `ix` is to become `last` (the caller sets it).
+local function index_events(meta, stream, previous, ix, bigs, trimmed_to)
   local big = big_of(meta)
   if #bigs > 0 then
     for _, offset in ipairs(bigs) do
@@ -61,9 +62,7 @@ local function index_events(meta, stream, previous, last, ix, bigs, trimmed_to)
   if trimmed_to > 0 then
     redis.call('ZREMRANGEBYSCORE', big, '-inf', trimmed_to)
   end
-  if tonumber(ix or '-1') == previous then
-    redis.call('HSET', meta, 'ix', last)
-  end
+  return tonumber(ix or '-1') == previous
 end
 
 local function refresh_open(meta, stream)
@@ -140,7 +139,9 @@ local function add_event(meta, stream, max_events, data, has_event, event)
   if #data + #event > SMALL_BYTES then
     bigs[1] = last
   end
-  index_events(meta, stream, last - 1, last, ix, bigs, last - max_events)
+  if index_events(meta, stream, last - 1, ix, bigs, last - max_events) then
+    redis.call('HSET', meta, 'ix', last)
+  end
   return last
 end
 
