@@ -307,7 +307,7 @@ class Connection(asyncio.Protocol):
         for now_ns, data in reads or ():
             self._parse(data, now_ns, kept=True)
 
-    def _parse(self, data: bytes, now_ns: int, *, kept: bool = False) -> None:  # noqa: C901 - the SSE parser, inline
+    def _parse(self, data: bytes, now_ns: int, *, kept: bool = False) -> None:  # noqa: C901, PLR0912 - the SSE parser, inline
         sse = self.sse
         sse += data
         held = b""
@@ -342,6 +342,8 @@ class Connection(asyncio.Protocol):
                     return
                 continue
             stop = chunk.find(b"\n\n", pos)
+            if stop < 0:
+                break  # line ends left over from a run of blank lines
             block, pos = chunk[pos:stop], stop + 2
             if not block or (block[0] == 58 and b"\n" not in block):  # a lone comment
                 continue

@@ -67,6 +67,9 @@ KEEPALIVE = encode_comment("keepalive")
 #: longer than that for a whole replay batch. Counted in characters (UTF-8 may be up to 4 times
 #: as many bytes).
 WRITE_CHUNK_BYTES = 256 * 1024
+#: Event types whose block head a delivery keeps formatted, at most (others are formatted per
+#: event: an upstream may make up a new type per event).
+MAX_HEADS = 16
 #: While the store is down, try it again this often, seconds (news of the feed wakes at once).
 OUTAGE_STORE_CHECK_S = 1.0
 
@@ -328,7 +331,9 @@ class Delivery:
                 if data and "\n" not in data and "\r" not in data:
                     head = heads.get(event.event)
                     if head is None:
-                        head = heads[event.event] = format_head(event.event, f"{life}-")[:-1]
+                        head = format_head(event.event, f"{life}-")[:-1]
+                        if len(heads) < MAX_HEADS:
+                            heads[event.event] = head
                     block = f"{head}{offset}\ndata: {data}\n\n"
                 else:
                     block = format_event(data, event=event.event, id=event_id(life, offset))
@@ -336,12 +341,14 @@ class Delivery:
             pieces.append(block)
             size += len(block)
             if size >= WRITE_CHUNK_BYTES:
+                piece = "".join(pieces).encode()  # first: a failure leaves the cursor as it is
                 cursor.offset, cursor.unstored = last, unstored
-                await self._sink.write("".join(pieces).encode())
+                await self._sink.write(piece)
                 pieces, size = [], 0
+        piece = "".join(pieces).encode()
         cursor.offset, cursor.unstored = last, unstored
-        if pieces:
-            await self._sink.write("".join(pieces).encode())
+        if piece:
+            await self._sink.write(piece)
         self.events += len(events)
         self._quiet_since = time.monotonic()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 from bench.client import Connection, Response, StreamSink
 
@@ -75,3 +77,19 @@ async def test_a_deferred_parse_keeps_the_reads_until_one_may_hold_the_response(
 async def _feed_more(connection: Connection, pieces: list[tuple[int, bytes]]) -> None:
     for now_ns, piece in pieces:
         connection._body(piece, now_ns)
+
+
+def test_the_parse_ends_on_a_run_of_blank_lines():
+    # In a child process with a timeout: a parse that loops would otherwise hang the suite.
+    code = (
+        "import asyncio\n"
+        "from bench.client import Connection, StreamSink\n"
+        "async def main():\n"
+        "    c = Connection(); c.sink = StreamSink()\n"
+        "    c._parse(b'data: a\\n\\n\\n', 1)\n"
+        "    c._parse(b'\\ndata: b\\n\\n\\n\\n\\n', 2)\n"
+        "    print(c.sink.events)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30, check=True)
+    assert done.stdout.strip() == b"2"

@@ -18,7 +18,7 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 
-from mcp_sse_gateway.config import StoreSettings
+from mcp_sse_gateway.config import Settings, StoreSettings
 from mcp_sse_gateway.errors import (
     CursorGone,
     StoreError,
@@ -37,7 +37,10 @@ from mcp_sse_gateway.store.redis import (
 )
 from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
 from mcp_sse_gateway.store.redis.replays import SMALL_EVENT_BYTES
+from mcp_sse_gateway.streams.delivery import Delivery
+from mcp_sse_gateway.streams.life import StreamLife
 from tests.conftest import RedisServerProcess, redis_server_executable
+from tests.support.fake_upstream import ListSink
 from tests.support.waiting import DEADLINE_S, eventually, parked
 
 PREFIX = "mcp-sse-gateway"
@@ -390,8 +393,9 @@ async def test_a_replay_of_small_events_reads_them_raw_after_its_first_batch(
         read += result.events
         cursor, finished = result.events[-1].offset, result.finished
     assert read == stored
-    # The first read learns that every event is small; the next two need no script.
-    assert [len(events) for events in served] == [1000, 500]
+    # The first read learns that every event is small; the next whole batch needs no script,
+    # the last one (500 left) is the script's again.
+    assert [len(events) for events in served] == [1000]
     assert served[0][0].offset == 1001
 
 
@@ -476,11 +480,78 @@ async def test_events_an_older_replica_appended_are_read_by_the_script(
     await admin.xadd(keys.stream(life), {"d": "x" * 5000}, id="0-4")
     for data in "ef":
         await store.append("s", life, data, None)
-    assert await admin.hget(keys.meta(life), "ix") == b"3"  # indexed up to it, never beyond
+    big = keys.meta(life) + ":big"
+    assert await admin.zscore(big, "~") == 3  # listed up to it, never beyond
     assert [e.offset for e in (await store.read("s", life, 0, 100)).events] == [1, 2, 3, 4, 5, 6]
-    assert [e.offset for e in (await store.read("s", life, 1, 100)).events] == [2, 3]
-    assert [e.offset for e in (await store.read("s", life, 3, 100)).events] == [4, 5, 6]
+    assert [e.offset for e in (await store.read("s", life, 1, 2)).events] == [2, 3]
+    assert [e.offset for e in (await store.read("s", life, 3, 2)).events] == [4, 5]
     assert [[e.offset for e in events] for events in served] == [[2, 3]]
+
+
+async def test_big_events_are_never_read_raw_once_their_list_is_gone(make_redis_store, monkeypatch):
+    store = make_redis_store()
+    admin = make_redis_store.admin()
+    served = _fast_reads(store, monkeypatch)
+    keys = SessionKeys.of(PREFIX, "s")
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(1, 21):
+        await store.append("s", life, "big" * SMALL_EVENT_BYTES if i % 2 == 0 else "small", None)
+    # The list expired or was evicted before its stream (an older replica refreshes only the
+    # meta and stream keys; a maxmemory policy other than noeviction): nothing is known.
+    await admin.delete(keys.meta(life) + ":big")
+    await store.append("s", life, "big" * SMALL_EVENT_BYTES, None)  # lists nothing now
+    assert await admin.exists(keys.meta(life) + ":big") == 0
+    events = []
+    for cursor in range(0, 21, 3):
+        events += (await store.read("s", life, cursor, 3)).events
+    assert [e.offset for e in events] == list(range(1, 22))
+    assert served == []
+
+
+async def test_a_raw_read_returns_the_batch_the_read_script_would(make_redis_store, monkeypatch):
+    store = make_redis_store()
+    served = _fast_reads(store, monkeypatch)
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(1, 5001):
+        await store.append("s", life, "x" * 2000 if i == 1500 else "s", None)
+    await store.finish("s", life)
+    batches = []
+    cursor = 0
+    while cursor < 5000:
+        result = await store.read("s", life, cursor, 1000)
+        batches.append(len(result.events))
+        cursor = result.events[-1].offset
+    assert batches == [1000] * 5  # one big event among small ones fits the budget whole
+    # The script reads the batches up to and just after the big event; from its next read on,
+    # everything after the cursor is known small.
+    assert [events[0].offset for events in served] == [3001, 4001]
+    # A delivery counts its full batches as before: the replay bound still closes it.
+    bounded = Settings(store={"replay_batch_events": 1000, "replay_max_passes": 2})
+    stream = StreamLife((session_digest("s"), life), "s", life)
+    delivery = Delivery(ListSink(), store, stream, bounded, cursor=0, primes=False, resuming=True)
+    assert await delivery.run() == "replay_bound"
+    assert delivery.cursor.offset == 2000
+
+
+async def test_a_standalone_life_created_again_over_learnt_offsets_is_never_read_raw(
+    make_redis_store, monkeypatch
+):
+    reader, other = make_redis_store(), make_redis_store()
+    served = _fast_reads(reader, monkeypatch)
+    life = new_life()
+    await reader.create_stream("s", life, kind="standalone", owner="a", start_after=1000)
+    for _ in range(10):
+        await reader.append("s", life, "small", None)
+    await reader.read("s", life, 1000, 2)
+    # Another replica, its clock behind, takes the stream over: the same life, the same start.
+    await other.create_stream("s", life, kind="standalone", owner="b", start_after=1000)
+    for _ in range(10):
+        await other.append("s", life, "big" * SMALL_EVENT_BYTES, None)
+    result = await reader.read("s", life, 1002, 2)
+    assert [e.offset for e in result.events] == [1003, 1004]
+    assert served == []  # a standalone stream is the read script's only
 
 
 async def test_a_raw_read_of_a_trimmed_or_recreated_stream_is_told_its_cursor_is_gone(
@@ -500,10 +571,11 @@ async def test_a_raw_read_of_a_trimmed_or_recreated_stream_is_told_its_cursor_is
     with pytest.raises(CursorGone):
         await store.read("s", life, 2, 2)
     assert served == []  # the transaction's checks refused it: nothing came back raw
-    assert await admin.zcard(keys.meta(life) + ":big") == 1  # offset 5, still stored
+    big = keys.meta(life) + ":big"
+    assert await admin.zrange(big, 0, -1) == [b"5", b"~"]  # offset 5, still stored
     for _ in range(5):
         await store.append("s", life, "more", None)
-    assert await admin.exists(keys.meta(life) + ":big") == 0  # trimmed with its event
+    assert await admin.zrange(big, 0, -1) == [b"~"]  # trimmed with its event
     # A standalone stream life dropped, then created again after its old offsets, with big
     # events where a raw read would have looked: the checks see the old cursor gone.
     standalone = new_life()

@@ -10,7 +10,7 @@ from mcp_sse_gateway.event_ids import event_id, new_life
 from mcp_sse_gateway.sse import SSEDecoder, encode_event
 from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.store.memory import MemoryStore
-from mcp_sse_gateway.streams.delivery import Delivery
+from mcp_sse_gateway.streams.delivery import MAX_HEADS, Delivery
 from mcp_sse_gateway.streams.life import StreamLife
 from tests.support.fake_upstream import ListSink
 
@@ -45,4 +45,22 @@ async def test_a_replay_writes_each_event_as_the_encoder_does(events, batch):
     assert [(e.data, e.event, e.id) for e in decoded] == [
         (data.replace("\r\n", "\n").replace("\r", "\n"), event, event_id(life, offset))
         for offset, (data, event) in enumerate(events, start=1)
+    ]
+
+
+async def test_a_delivery_keeps_a_bounded_number_of_formatted_heads():
+    store = MemoryStore()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    for i in range(500):
+        await store.append("s", life, "d", f"progress-{i}")  # a type per event
+    await store.finish("s", life)
+    sink = ListSink()
+    stream = StreamLife((session_digest("s"), life), "s", life)
+    replay = Settings(store={"replay_max_passes": 100})
+    delivery = Delivery(sink, store, stream, replay, cursor=0, primes=False, resuming=True)
+    assert await delivery.run() == "finished"
+    assert len(delivery._heads) == MAX_HEADS
+    assert [e.event for e in SSEDecoder().feed(b"".join(sink.writes))] == [
+        f"progress-{i}" for i in range(500)
     ]

@@ -338,8 +338,14 @@ class MemoryStreams:
         if after + 1 < stream.first_offset or after > stream.last_offset:
             raise CursorGone
         start = after + 1 - stream.first_offset
-        # islice walks the deque once (indexing it walks from an end for every event).
-        events = list(itertools.islice(stream.events, start, start + max(0, limit)))
+        # One walk from the nearer end of the deque (indexing it walks for every event).
+        held = stream.events
+        end = min(start + max(0, limit), len(held))
+        if start > len(held) // 2:
+            events = list(itertools.islice(reversed(held), len(held) - end, len(held) - start))
+            events.reverse()
+        else:
+            events = list(itertools.islice(held, start, end))
         reached = events[-1].offset if events else after
         return ReadResult(events, stream.finished and reached >= stream.last_offset, stream.reader)
 

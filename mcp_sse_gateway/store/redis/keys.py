@@ -11,10 +11,10 @@ slot)::
     <prefix>:{<digest>}:meta:<life>      hash    ``kind``, ``owner``, ``last``, ``fin`` (0/1),
                                                  creator ``auth`` binding and ``creator``
                                                  credential digest (keyed; DESIGN D8), newest
-                                                 reader ``rdr`` (DESIGN D5), ``ix``: big events
-                                                 are listed up to this offset
-    <prefix>:{<digest>}:meta:<life>:big  zset    offsets of the events over 1 KiB (absent
-                                                 when none; see ``replays.py``)
+                                                 reader ``rdr`` (DESIGN D5)
+    <prefix>:{<digest>}:meta:<life>:big  zset    a request stream's events over 1 KiB by offset,
+                                                 and ``~``: listed up to this offset (see
+                                                 ``replays.py``)
     <prefix>:{<digest>}:meta:<life>:watch string set while a reader waits through the store
     <prefix>:{<digest>}:stream:<life>    stream  the events, entry id ``0-<offset>``
     <prefix>:{<digest>}:lease            hash    the standalone lease: holder ``h``, epoch ``e``

@@ -6,22 +6,25 @@ values and the reply back: most of what a long replay costs Redis (about 1.5 of 
 server time per 1,000 events of 300 B). Yet most events are small, and a read that knows the
 next *n* events are all small needs no count: *n* of them fit the budget.
 
-**What is known.** Every event larger than :data:`SMALL_EVENT_BYTES` (data and type) is listed
-by offset in its stream's sorted set of big events, kept by the append scripts along with the
-meta field ``ix``, the offset up to which the list is complete (an older replica, which lists
-nothing, stops it for good; ``prelude.lua``). Both read scripts return ``small_until``: every
-event after the read's cursor up to that offset is small. Stored events never change (they are
-only trimmed or dropped, which a read's checks see), so what a read learns holds for later reads
-of the same stream, on this replica: :class:`SmallEvents` keeps it, per stream life, bounded.
+**What is known.** Every event of a request stream larger than :data:`SMALL_EVENT_BYTES` (data
+and type) is listed by offset in the stream's sorted set of big events, created with the stream
+and kept by the append scripts, with a member saying up to which offset the list is complete
+(an older replica's append, which lists nothing, leaves it behind for good; without the set,
+expired or evicted, nothing is known; ``prelude.lua``). Both read scripts return
+``small_until``: every event after the read's cursor up to that offset is small. Stored events
+never change (they are only trimmed or dropped, which a read's checks see), and a request
+stream's life is never created again (its id is random), so what a read learns holds for later
+reads of the same stream, on this replica: :class:`SmallEvents` keeps it, per stream life,
+bounded, and forgets it when a read finds the stream or the cursor gone. A standalone stream
+(created again under the same id) is read by the read script only.
 
 **The fast read.** A read after a cursor inside a known small range is one transaction:
 ``MULTI``, ``EVALSHA read_head`` (the checks of ``read.lua``: stream known, cursor stored, TTL
 refreshes, the newest reader, and ``small_until`` again), ``XRANGE`` of the *n* offsets after
-the cursor, ``EXEC``. *n* is within the known range and at most
-``READ_MAX_BYTES // SMALL_EVENT_BYTES``, so the reply stays within the budget, and the range is
-of offsets, so it holds only events known small even if the stream was dropped and created
-again meanwhile. The replies are read raw (no redis-py parsing into dicts). Redis Cluster
-clients keep the read script.
+the cursor, ``EXEC``. *n* is the read's whole batch, within the known range and at most
+``READ_MAX_BYTES // SMALL_EVENT_BYTES``, so the reply stays within the budget and is what the
+read script would return; else the read script serves the read. The replies are read raw (no
+redis-py parsing into dicts). Redis Cluster clients keep the read script.
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ class SmallEvents:
             del self._known[next(iter(self._known))]
         self._known[key] = (after, until)
 
+    def forget(self, digest: str, life: str) -> None:
+        """Forget what was learnt of a stream life (dropped, or its cursor gone)."""
+        self._known.pop((digest, life), None)
+
     def until(self, digest: str, life: str, after: int) -> int:
         """The offset up to which the events after *after* are known small (*after*: none)."""
         known = self._known.get((digest, life))
@@ -105,12 +112,14 @@ class Replays:
     def fast_count(
         self, keys: SessionKeys, life: str, after: int, limit: int, max_bytes: int
     ) -> int:
-        """How many events after *after* a fast read may return (0: use the read script).
+        """*limit* when a fast read may serve the read, else 0 (use the read script).
 
         *max_bytes* is the reply's budget (``READ_MAX_BYTES``): so many small events fit it.
         """
         known = self.known.until(keys.digest, life, after) - after
-        return min(limit, max_bytes // SMALL_EVENT_BYTES, known)
+        # Only a whole batch: a read returns what the read script would (a shorter batch would
+        # tell the delivery it caught up).
+        return limit if limit <= min(max_bytes // SMALL_EVENT_BYTES, known) else 0
 
     async def read(
         self, keys: SessionKeys, life: str, after: int, count: int, *, refresh: bool
@@ -129,10 +138,9 @@ class Replays:
         )
         async with self._calls.call("read", RUNNING):
             head, entries = await self._transaction(args, stream, after, count)
-        if head[0] == UNKNOWN:
-            raise UnknownStream
-        if head[0] == LOST:
-            raise CursorGone
+        if head[0] in {UNKNOWN, LOST}:
+            self.known.forget(keys.digest, life)
+            raise UnknownStream if head[0] == UNKNOWN else CursorGone
         finished, last, reader, small_until = head
         self.known.learn(keys.digest, life, after, int(small_until))
         events = _events(after + 1, entries)

@@ -133,6 +133,8 @@ class StreamStore:
         keys = self._keys(session_id)
         await self._script("drop_stream", RUNNING, keys, (), [life])
         self._written.forget(keys.digest, life)
+        if self._replays is not None:
+            self._replays.known.forget(keys.digest, life)
 
     async def create_stream(
         self,
@@ -325,10 +327,10 @@ class StreamStore:
             weight=self._read_max_bytes,
             refresh=refresh,
         )
-        if reply[0] == UNKNOWN:
-            raise UnknownStream
-        if reply[0] == LOST:
-            raise CursorGone
+        if reply[0] in {UNKNOWN, LOST}:
+            if replays is not None:
+                replays.known.forget(keys.digest, life)
+            raise UnknownStream if reply[0] == UNKNOWN else CursorGone
         finished, last, datas, types, reader, small_until = reply
         if replays is not None:
             replays.known.learn(keys.digest, life, after, int(small_until))

@@ -13,7 +13,7 @@ if ARGV[14] ~= '' then
     return {-3, 0}
   end
 end
-local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base', 'ix')
+local m = redis.call('HMGET', meta, 'last', 'fin', 'tok', 'base')
 if not m[1] then
   return {-1, 0}
 end
@@ -52,11 +52,8 @@ if redis.call('PTTL', stream) == -1 then
   if ms < 1 then ms = KEEP_MS end
   redis.call('PEXPIRE', stream, ms)
 end
-if index_events(meta, stream, previous, m[5], bigs, cut > 0 and last - max_events or 0) then
-  redis.call('HSET', meta, 'last', last, 'tok', ARGV[11], 'ix', last)
-else
-  redis.call('HSET', meta, 'last', last, 'tok', ARGV[11])
-end
+redis.call('HSET', meta, 'last', last, 'tok', ARGV[11])
+index_events(meta, stream, previous, last, bigs, cut > 0 and last - max_events or 0)
 if ARGV[12] == '1' then
   redis.call('HSET', meta, 'pend', ARGV[13])
 end

@@ -37,12 +37,17 @@ if redis.call('LLEN', INDEX) >= tonumber(ARGV[11]) then
   end
 end
 redis.call('HSET', KEYS[3], 'kind', ARGV[9], 'owner', ARGV[10], 'last', ARGV[13],
-  'base', ARGV[13], 'ix', ARGV[13], 'fin', '0', 'pend', ARGV[12], 'auth', ARGV[14],
-  'creator', ARGV[15])
+  'base', ARGV[13], 'fin', '0', 'pend', ARGV[12], 'auth', ARGV[14], 'creator', ARGV[15])
 if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[3], 'trace', ARGV[16])
 end
 redis.call('PEXPIRE', KEYS[3], KEEP_MS)
+if ARGV[9] == 'request' then
+  -- Its big events are listed from the start (a standalone life, created again under the same
+  -- id, is read by the read script only).
+  redis.call('ZADD', big_of(KEYS[3]), ARGV[13], INDEXED)
+  redis.call('PEXPIRE', big_of(KEYS[3]), KEEP_MS)
+end
 redis.call('RPUSH', INDEX, life)
 touch_session()
 return 1

@@ -32,37 +32,35 @@ local function extend(key, ms)
   end
 end
 
--- An event of more than SMALL_BYTES (data and type) is a big one: its offset is listed (score
--- and member) in the sorted set `<meta>:big`, which lives as long as the stream. The meta field
--- `ix` is the offset up to which every big event is listed: an append of this version carries
--- it on, one of an older version (which lists nothing) leaves it behind for good. A read then
--- knows which events after its cursor are small without looking at them (read_head.lua and
--- the store's replays.py, SMALL_EVENT_BYTES).
+-- An event of more than SMALL_BYTES (data and type) is a big one. A request stream's big
+-- events are listed by offset (score and member) in the sorted set `<meta>:big`, created with
+-- the stream, with the member INDEXED whose score is the offset up to which the list is
+-- complete: an append of this version moves it on, one of an older version (which lists
+-- nothing) leaves it behind for good. A read then knows which events after its cursor are
+-- small without looking at them (the store's replays.py, SMALL_EVENT_BYTES). Without the set
+-- (an older creator, a standalone stream, expired or evicted first) nothing is known.
 local SMALL_BYTES = 1024
+local INDEXED = '~'
 
 local function big_of(meta)
   return meta .. ':big'
 end
 
--- Events were added at offsets previous + 1 .. last; `bigs` holds the big ones. The index
--- goes on only from where it was (an older writer's events are not indexed: `ix` stays), its
--- TTL is the stream's, and offsets trimmed from the stream (up to `trimmed_to`) leave it.
--- Returns whether `ix` is to become `last` (the caller sets it).
-local function index_events(meta, stream, previous, ix, bigs, trimmed_to)
+-- Events were added at offsets previous + 1 .. last; `bigs` holds the big ones. The list goes
+-- on only from where it was complete (else the set is left as it is: INDEXED stays behind),
+-- its TTL is the stream's, and offsets trimmed from the stream (up to `trimmed_to`) leave it.
+local function index_events(meta, stream, previous, last, bigs, trimmed_to)
   local big = big_of(meta)
-  if #bigs > 0 then
-    for _, offset in ipairs(bigs) do
-      redis.call('ZADD', big, offset, offset)
-    end
-    local ttl = redis.call('PTTL', stream)
-    if ttl > 0 then
-      redis.call('PEXPIRE', big, ttl)
-    end
+  if tonumber(redis.call('ZSCORE', big, INDEXED) or '-1') ~= previous then
+    return
   end
+  for _, offset in ipairs(bigs) do
+    redis.call('ZADD', big, offset, offset)
+  end
+  redis.call('ZADD', big, last, INDEXED)
   if trimmed_to > 0 then
     redis.call('ZREMRANGEBYSCORE', big, '-inf', trimmed_to)
   end
-  return tonumber(ix or '-1') == previous
 end
 
 local function refresh_open(meta, stream)
@@ -121,7 +119,6 @@ local function drop_all()
 end
 
 local function add_event(meta, stream, max_events, data, has_event, event)
-  local ix = redis.call('HGET', meta, 'ix')
   local last = redis.call('HINCRBY', meta, 'last', 1)
   local id = string.format('0-%d', last)
   if has_event == '1' then
@@ -139,9 +136,7 @@ local function add_event(meta, stream, max_events, data, has_event, event)
   if #data + #event > SMALL_BYTES then
     bigs[1] = last
   end
-  if index_events(meta, stream, last - 1, ix, bigs, last - max_events) then
-    redis.call('HSET', meta, 'ix', last)
-  end
+  index_events(meta, stream, last - 1, last, bigs, last - max_events)
   return last
 end
 
@@ -155,9 +150,9 @@ local function finish(meta, stream, life, fin_ms)
 end
 
 -- The checks of a read after `after` (read.lua, read_head.lua), with their TTL refreshes:
--- the meta fields {last, fin, rdr, ix} and the last offset, or nil and the error reply.
+-- the meta fields {last, fin, rdr} and the last offset, or nil and the error reply.
 local function read_checks(meta, stream, after)
-  local m = redis.call('HMGET', meta, 'last', 'fin', 'rdr', 'ix')
+  local m = redis.call('HMGET', meta, 'last', 'fin', 'rdr')
   if not m[1] then
     return nil, {-1}
   end
@@ -173,13 +168,19 @@ local function read_checks(meta, stream, after)
   return m, last
 end
 
--- The offset up to which every event after `after` is small and indexed (`after` when none is
+-- The offset up to which every event after `after` is small and listed (`after` when none is
 -- known to be): a read of those events needs no byte count.
-local function small_until(meta, after, last, ix)
-  local known = math.min(last, tonumber(ix or '') or after)
-  local big = redis.call('ZRANGEBYSCORE', big_of(meta), '(' .. after, '+inf', 'LIMIT', 0, 1)
-  if big[1] then
-    known = math.min(known, tonumber(big[1]) - 1)
+local function small_until(meta, after, last)
+  local big = big_of(meta)
+  local indexed = tonumber(redis.call('ZSCORE', big, INDEXED) or '')
+  if not indexed then
+    return after
+  end
+  local known = math.min(last, indexed)
+  -- The first big event after the cursor (INDEXED sorts after a big event of the same score).
+  local first = redis.call('ZRANGEBYSCORE', big, '(' .. after, '+inf', 'LIMIT', 0, 1)[1]
+  if first and first ~= INDEXED then
+    known = math.min(known, tonumber(first) - 1)
   end
   return math.max(known, after)
 end

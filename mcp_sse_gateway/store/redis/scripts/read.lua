@@ -38,4 +38,4 @@ while n < limit and size < budget do
   from = '(' .. chunk[taken][1]
 end
 return {m[2] == '1' and 1 or 0, last, datas, types, m[3] or '',
-  small_until(KEYS[3], after, last, m[4])}
+  small_until(KEYS[3], after, last)}

@@ -8,4 +8,4 @@ local m, last = read_checks(KEYS[3], KEYS[4], after)
 if not m then
   return last
 end
-return {m[2] == '1' and 1 or 0, last, m[3] or '', small_until(KEYS[3], after, last, m[4])}
+return {m[2] == '1' and 1 or 0, last, m[3] or '', small_until(KEYS[3], after, last)}
