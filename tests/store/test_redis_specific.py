@@ -488,6 +488,23 @@ async def test_events_an_older_replica_appended_are_read_by_the_script(
     assert [[e.offset for e in events] for events in served] == [[2, 3]]
 
 
+async def test_offsets_beyond_fourteen_digits_are_compared_exactly(make_redis_store, monkeypatch):
+    store = make_redis_store()
+    served = _fast_reads(store, monkeypatch)
+    start = 1_712_345_678_901_299  # Lua writes it as 1.7123456789013e+15 when concatenated
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="r1", start_after=start)
+    await store.append("s", life, "big" * SMALL_EVENT_BYTES, None)
+    for _ in range(4):
+        await store.append("s", life, "small", None)
+    assert [e.offset for e in (await store.read("s", life, start, 1)).events] == [start + 1]
+    assert [e.offset for e in (await store.read("s", life, start, 2)).events] == [
+        start + 1,
+        start + 2,
+    ]
+    assert all(_size(event) <= SMALL_EVENT_BYTES for events in served for event in events)
+
+
 async def test_big_events_are_never_read_raw_once_their_list_is_gone(make_redis_store, monkeypatch):
     store = make_redis_store()
     admin = make_redis_store.admin()

@@ -103,7 +103,8 @@ local function touch_session()
 end
 
 local function drop(life)
-  local n = redis.call('DEL', META_PREFIX .. life, STREAM_PREFIX .. life, big_of(META_PREFIX .. life))
+  local meta = META_PREFIX .. life
+  local n = redis.call('DEL', meta, STREAM_PREFIX .. life, big_of(meta))
   redis.call('LREM', INDEX, 0, life)
   if n > 0 then
     wake(life)
@@ -178,7 +179,9 @@ local function small_until(meta, after, last)
   end
   local known = math.min(last, indexed)
   -- The first big event after the cursor (INDEXED sorts after a big event of the same score).
-  local first = redis.call('ZRANGEBYSCORE', big, '(' .. after, '+inf', 'LIMIT', 0, 1)[1]
+  -- (%d: concatenating a number would write it with 14 significant digits, rounded.)
+  local from = string.format('(%d', after)
+  local first = redis.call('ZRANGEBYSCORE', big, from, '+inf', 'LIMIT', 0, 1)[1]
   if first and first ~= INDEXED then
     known = math.min(known, tonumber(first) - 1)
   end
