@@ -30,9 +30,8 @@ redis-py parsing into dicts). Redis Cluster clients keep the read script.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -42,6 +41,7 @@ from mcp_sse_gateway.store.base import ReadResult, StoredEvent
 from mcp_sse_gateway.store.redis.calls import RUNNING, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.lua import Scripts
+from mcp_sse_gateway.store.redis.replies import stored_events, text
 
 #: An event of more than this many bytes (data and type) is a big one (``SMALL_BYTES`` in
 #: ``prelude.lua``: the two must agree).
@@ -146,7 +146,7 @@ class Replays:
         self.known.learn(keys.digest, life, after, int(small_until))
         events = _events(after + 1, entries)
         reached = events[-1].offset if events else after
-        return ReadResult(events, bool(finished) and reached >= int(last), _text(reader))
+        return ReadResult(events, bool(finished) and reached >= int(last), text(reader))
 
     async def _transaction(
         self, args: Sequence[str | int], stream: str, after: int, count: int
@@ -171,25 +171,6 @@ def _raw(response: Any, **_options: Any) -> Any:
     return response
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def stored_events(first: int, datas: Sequence[bytes | str]) -> list[StoredEvent]:
-    """Events at offsets *first*, *first* + 1, … with *datas*, without an event type.
-
-    Built by C-level iteration (a replay makes a thousand per read): ``tuple.__new__`` is what
-    ``StoredEvent(offset, data)`` calls, without its Python-level ``__new__``.
-    """
-    if not datas:
-        return []
-    decoded = map(_text, datas)
-    if isinstance(datas[0], bytes):
-        decoded = map(bytes.decode, cast("Sequence[bytes]", datas))
-    rows = zip(range(first, first + len(datas)), decoded, itertools.repeat(None))
-    return list(map(tuple.__new__, itertools.repeat(StoredEvent), rows))
-
-
 def _events(first: int, entries: Sequence[Any]) -> list[StoredEvent]:
     """The events of raw ``XRANGE`` entries ``[id, [b"d", data, (b"e", type)]]`` from *first*.
 
@@ -199,9 +180,9 @@ def _events(first: int, entries: Sequence[Any]) -> list[StoredEvent]:
     """
     if not entries:
         return []
-    if _text(entries[-1][0]) != f"0-{first + len(entries) - 1}":
+    if text(entries[-1][0]) != f"0-{first + len(entries) - 1}":
         raise StoreUnavailable("the Redis stream does not hold consecutive events")
     events = stored_events(first, [entry[1][1] for entry in entries])
     for index in [index for index, entry in enumerate(entries) if len(entry[1]) == TYPED]:
-        events[index] = events[index]._replace(event=_text(entries[index][1][3]))
+        events[index] = events[index]._replace(event=text(entries[index][1][3]))
     return events

@@ -13,7 +13,8 @@ from typing import Any
 from mcp_sse_gateway.store.base import SessionRecord
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING
 from mcp_sse_gateway.store.redis.local_cache import SessionCache
-from mcp_sse_gateway.store.redis.streams import ms, text
+from mcp_sse_gateway.store.redis.replies import text
+from mcp_sse_gateway.store.redis.streams import ms
 from mcp_sse_gateway.store.redis.tasks import TaskStore
 
 #: Tombstones only need to outlive a client's reconnection attempts (as in the memory store).

@@ -62,8 +62,9 @@ from mcp_sse_gateway.store.redis.local_cache import (
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
 from mcp_sse_gateway.store.redis.replays import Replays
+from mcp_sse_gateway.store.redis.replies import text
 from mcp_sse_gateway.store.redis.sessions import SessionStore
-from mcp_sse_gateway.store.redis.streams import ms, text
+from mcp_sse_gateway.store.redis.streams import ms
 from mcp_sse_gateway.store.redis.wakeups import Wakeups
 
 log = structlog.get_logger("mcp_sse_gateway.store")

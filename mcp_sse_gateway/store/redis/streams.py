@@ -22,7 +22,8 @@ from mcp_sse_gateway.store.redis.keys import SessionKeys
 from mcp_sse_gateway.store.redis.local_cache import Refreshes
 from mcp_sse_gateway.store.redis.lua import Scripts
 from mcp_sse_gateway.store.redis.offsets import WrittenOffsets
-from mcp_sse_gateway.store.redis.replays import Replays, stored_events
+from mcp_sse_gateway.store.redis.replays import Replays
+from mcp_sse_gateway.store.redis.replies import stored_events, text
 
 log = structlog.get_logger("mcp_sse_gateway.store")
 
@@ -47,11 +48,6 @@ def join_datas(datas: Sequence[str]) -> str:
 def ms(seconds: float) -> int:
     """Seconds as whole milliseconds, at least 1 (a TTL of 0 would delete the key)."""
     return max(1, round(seconds * 1000))
-
-
-def text(value: bytes | str) -> str:
-    """A reply value as ``str``."""
-    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 class StreamStore:

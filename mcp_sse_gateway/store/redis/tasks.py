@@ -10,7 +10,7 @@ from __future__ import annotations
 from mcp_sse_gateway.store.base import TASK_SCOPE
 from mcp_sse_gateway.store.redis.calls import NEW, RUNNING
 from mcp_sse_gateway.store.redis.leases import LeaseStore
-from mcp_sse_gateway.store.redis.streams import text
+from mcp_sse_gateway.store.redis.replies import text
 
 
 class TaskStore(LeaseStore):
