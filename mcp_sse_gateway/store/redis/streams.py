@@ -2,7 +2,8 @@
 
 :class:`StreamStore` is the stream half of :class:`~mcp_sse_gateway.store.redis.RedisStore`:
 creating a stream life (bounded per session, evicting only the creator's finished streams),
-appending (idempotent on repeat, lost events detected), finishing, reading (bounded replies) and
+appending (idempotent on repeat, lost events detected), finishing, reading (bounded replies;
+events known small in one transaction, :mod:`~mcp_sse_gateway.store.redis.replays`) and
 metadata. The scripts are in ``scripts/`` (:mod:`~mcp_sse_gateway.store.redis.lua`).
 """
 
@@ -295,11 +296,12 @@ class StreamStore:
         self._written.forget(keys.digest, life)
 
     async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
-        """Events with offsets after *after*, oldest first, at most *limit* (one script).
+        """Events with offsets after *after*, oldest first, at most *limit*.
 
-        Fewer than *limit* may come back while more are stored: a reply carries at most
-        :data:`READ_MAX_BYTES` of event data (but always one event). Read again from the last
-        offset returned.
+        One script, or a transaction for events known small
+        (:mod:`~mcp_sse_gateway.store.redis.replays`). Fewer than *limit* may come back while
+        more are stored: a reply carries at most :data:`READ_MAX_BYTES` of event data (but
+        always one event). Read again from the last offset returned.
 
         Raises:
             UnknownStream: no such stream life under this session.
