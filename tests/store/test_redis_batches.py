@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio
 import structlog
 
 from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable, UnknownStream
@@ -248,3 +249,52 @@ async def test_waiting_longer_than_the_stall_timeout_is_not_an_outage(make_redis
     assert loop.time() - began > stall_s
     assert outcomes == [1] * len(appends) + [None] * len(creates)
     assert store._calls.healthy
+
+
+@pytest.mark.redis
+async def test_pipelines_repeat_on_a_new_connection_after_redis_dropped_theirs(redis_url):
+    # A real Redis: CLIENT KILL closes the store's pooled connections between two waves, as a
+    # restart or a failover would. Each append is sent again on a new connection, stored once.
+    store = RedisStore.from_url(redis_url)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        pairs = await _streams(store, 50)
+        first = await asyncio.gather(*(store.append(s, life, "a", None) for s, life in pairs))
+        killed = await admin.client_kill_filter(_type="normal", skipme=True)
+        assert killed >= 1
+        second = await asyncio.gather(*(store.append(s, life, "b", None) for s, life in pairs))
+        reads = [await store.read(s, life, 0, 10) for s, life in pairs]
+    finally:
+        await store.close()
+        await admin.aclose()
+    assert first == [1] * len(pairs)
+    assert second == [2] * len(pairs)
+    assert [[e.data for e in read.events] for read in reads] == [["a", "b"]] * len(pairs)
+    assert store._calls.healthy
+
+
+@pytest.mark.redis
+async def test_a_pipeline_cut_by_the_stall_timeout_leaves_no_reply_behind(redis_url):
+    # A real Redis, frozen by CLIENT PAUSE: the pipeline's replies come after its callers gave
+    # up. Its connection must not go back to the pool with them unread, or a later call would
+    # read another call's reply.
+    store = RedisStore.from_url(redis_url, stall_timeout_s=0.3)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        pairs = await _streams(store, 8)
+        await admin.execute_command("CLIENT", "PAUSE", 1000, "ALL")
+        stalled = await asyncio.gather(
+            *(store.append(s, life, "late", None) for s, life in pairs), return_exceptions=True
+        )
+        assert all(isinstance(o, StoreUnavailable) for o in stalled), stalled
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        # Each stalled append may or may not have been applied; each stream's next offset says.
+        stored = [len((await store.read(s, life, 0, 10)).events) for s, life in pairs]
+        after = await asyncio.gather(*(store.append(s, life, "next", None) for s, life in pairs))
+        infos = [await store.stream_info(s, life) for s, life in pairs]
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await store.close()
+        await admin.aclose()
+    assert after == [n + 1 for n in stored]
+    assert all(info is not None for info in infos)

@@ -16,7 +16,9 @@ order), under **one permit** of the store's queue
   meanwhile go together in the next one.
 
 A lone call costs one event-loop turn more than a direct one; under load, every call queued
-during a round trip shares the next one. Each call is still one atomic script of one session;
+during a round trip shares the next one. A pipeline is written on one pooled connection as
+hiredis packs it and its replies read one by one (:func:`_exchange`), without a redis-py
+pipeline object, whose machinery cost more CPU than the round trip itself. Each call is still one atomic script of one session;
 a pipeline is not a transaction, so the calls apply independently and in order.
 
 Outcomes, per call, as a direct call would have them: the script's reply, or
@@ -31,10 +33,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from hiredis import pack_command  # redis[hiredis]; redis-py's asyncio connections pack in Python
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable
 from mcp_sse_gateway.store.redis.calls import NEW, Calls
@@ -281,21 +285,58 @@ class ScriptBatches:
         return answered
 
     async def _pipeline(self, calls: list[_Call]) -> list[Any]:
-        """Send *calls* as one pipeline; their replies in order (error replies as values)."""
-        pipe = self._client.pipeline(transaction=False)
-        for call in calls:
-            pipe.execute_command(
+        """Send *calls* as one pipeline; their replies in order (error replies as values).
+
+        On one connection of the client's pool, written at once and read reply by reply, as
+        redis-py's own pipeline does, and repeated on a new connection after a
+        ``ConnectionError`` as the connection's repeat policy says (every script is safe to
+        repeat: see :mod:`~mcp_sse_gateway.store.redis.connections`). A read cut short (the
+        stall timeout cancels it) closes the connection, so no reply is left unread on a pooled
+        one. What it saves is measured in ``docs/decisions.md`` ("Cost at scale").
+        """
+        packed = [
+            _pack(
                 "EVALSHA",
                 *self._scripts.evalsha_args(
                     call.name, call.keys, call.extra_keys, call.args, refresh=call.refresh
                 ),
             )
-        return list(await pipe.execute(raise_on_error=False))
+            for call in calls
+        ]
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            replies = await connection.retry.call_with_retry(
+                lambda: _exchange(connection, packed),
+                lambda _error: connection.disconnect(),
+            )
+        finally:
+            await pool.release(connection)
+        return cast(list[Any], replies)
 
     async def close(self) -> None:
         """Wait for pipelines in flight (their callers get their outcome)."""
         if self._flushers:
             await asyncio.gather(*self._flushers, return_exceptions=True)
+
+
+def _pack(*args: str | int) -> bytes:
+    """One command in the Redis protocol, packed by hiredis (C)."""
+    # hiredis's stub types the argument as a 1-tuple; a tuple of any length is packed.
+    packed: bytes = pack_command(args)  # type: ignore[arg-type]
+    return packed
+
+
+async def _exchange(connection: AbstractConnection, packed: list[bytes]) -> list[Any]:
+    """Write the *packed* commands and read their replies, error replies as values."""
+    await connection.send_packed_command(packed)
+    answers: list[Any] = []
+    for _ in packed:
+        try:
+            answers.append(await connection.read_response())
+        except redis_errors.ResponseError as exc:
+            answers.append(exc)
+    return answers
 
 
 def _failure(exc: BaseException) -> BaseException:
