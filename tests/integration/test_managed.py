@@ -490,9 +490,15 @@ async def test_injected_line_break_in_last_event_id_gets_400(upstream, gateway, 
     assert b"injected" not in answer
 
 
-async def test_slow_reader_is_cut_without_stalling_the_pump(upstream, gateway, http):
+@pytest.mark.parametrize(
+    ("total", "size"),
+    # 24 MB either way: more than loopback socket buffers hold. Small events' writes each fit
+    # the transport's buffer until it fills: they go without a timer until then.
+    [(120, 200_000), (6_000, 4_000)],
+    ids=["large events", "small events"],
+)
+async def test_slow_reader_is_cut_without_stalling_the_pump(upstream, gateway, http, total, size):
     """A client that stops reading is cut after slow_reader_cut_s and resumes from the store."""
-    total, size = 120, 200_000  # 24 MB: more than loopback socket buffers hold
     pumped = asyncio.Event()
 
     async def flood(request: web.Request) -> web.StreamResponse:

@@ -18,8 +18,9 @@ order), under **one permit** of the store's queue
 A lone call costs one event-loop turn more than a direct one; under load, every call queued
 during a round trip shares the next one. A pipeline is written on one pooled connection as
 hiredis packs it and its replies read one by one (:func:`_exchange`), without a redis-py
-pipeline object, whose machinery cost more CPU than the round trip itself. Each call is still one atomic script of one session;
-a pipeline is not a transaction, so the calls apply independently and in order.
+pipeline object, whose machinery cost about as much CPU as the round trip itself. Each call is
+still one atomic script of one session; a pipeline is not a transaction, so the calls apply
+independently and in order.
 
 Outcomes, per call, as a direct call would have them: the script's reply, or
 :class:`~mcp_sse_gateway.errors.StoreUnavailable` (Redis down or stalled: every call of the
