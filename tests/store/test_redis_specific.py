@@ -410,7 +410,7 @@ async def test_a_replay_of_small_events_reads_them_raw_after_its_first_batch(
     events=st.lists(
         st.tuples(
             st.sampled_from([0, 1, 300, SMALL_EVENT_BYTES - 9, SMALL_EVENT_BYTES, 1025, 5000]),
-            st.sampled_from([None, None, "", "t", "progress"]),
+            st.sampled_from([None, None, "", "t", "progress", "é"]),
         ),
         min_size=1,
         max_size=30,

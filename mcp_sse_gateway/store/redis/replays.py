@@ -182,7 +182,6 @@ def _events(first: int, entries: Sequence[Any]) -> list[StoredEvent]:
         return []
     if text(entries[-1][0]) != f"0-{first + len(entries) - 1}":
         raise StoreUnavailable("the Redis stream does not hold consecutive events")
-    events = stored_events(first, [entry[1][1] for entry in entries])
-    for index in [index for index, entry in enumerate(entries) if len(entry[1]) == TYPED]:
-        events[index] = events[index]._replace(event=text(entries[index][1][3]))
-    return events
+    fields = [entry[1] for entry in entries]
+    types = [field[3] if len(field) == TYPED else None for field in fields]
+    return stored_events(first, [field[1] for field in fields], types)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import cast
@@ -14,16 +15,29 @@ def text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def stored_events(first: int, datas: Sequence[bytes | str]) -> list[StoredEvent]:
-    """Events at offsets *first*, *first* + 1, … with *datas*, without an event type.
+def stored_events(
+    first: int,
+    datas: Sequence[bytes | str],
+    types: Sequence[bytes | str | None] | None = None,
+) -> list[StoredEvent]:
+    """Events at offsets *first*, *first* + 1, … with *datas* and, when given, *types*.
 
-    Built by C-level iteration (a replay makes a thousand per read): ``tuple.__new__`` is what
-    ``StoredEvent(offset, data)`` calls, without its Python-level ``__new__``.
+    *types*: each event's type, or None for an untyped one (same length as *datas*); None:
+    none is typed. Built by C-level iteration (a replay makes a thousand per read, and
+    upstreams commonly type every event ``message``): ``tuple.__new__`` is what
+    ``StoredEvent(offset, data, event)`` calls, without its Python-level ``__new__``, and each
+    distinct type is decoded once.
     """
     if not datas:
         return []
     decoded = map(text, datas)
     if isinstance(datas[0], bytes):
         decoded = map(bytes.decode, cast("Sequence[bytes]", datas))
-    rows = zip(range(first, first + len(datas)), decoded, itertools.repeat(None))
+    kinds = itertools.repeat(None) if types is None else map(_event_type, types)
+    rows = zip(range(first, first + len(datas)), decoded, kinds, strict=False)
     return list(map(tuple.__new__, itertools.repeat(StoredEvent), rows))
+
+
+@functools.lru_cache(maxsize=64)
+def _event_type(value: bytes | str | None) -> str | None:
+    return None if value is None else text(value)

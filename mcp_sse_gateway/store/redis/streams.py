@@ -332,10 +332,12 @@ class StreamStore:
         finished, last, datas, types, reader, small_until = reply
         if replays is not None:
             replays.known.learn(keys.digest, life, after, int(small_until))
-        events = stored_events(after + 1, datas)
-        for at in range(0, len(types), 2):
-            index = int(types[at]) - 1
-            events[index] = events[index]._replace(event=text(types[at + 1]))
+        kinds: list[bytes | str | None] | None = None
+        if types:
+            kinds = [None] * len(datas)
+            for at in range(0, len(types), 2):
+                kinds[int(types[at]) - 1] = types[at + 1]
+        events = stored_events(after + 1, datas, kinds)
         reached = events[-1].offset if events else after
         return ReadResult(events, bool(finished) and reached >= last, text(reader))
 
