@@ -41,7 +41,8 @@ class SSEResponseSink:
 
         A write the transport's buffer takes without pausing the connection's protocol cannot
         block (aiohttp waits only on a paused protocol): it goes without the timer, a few µs
-        of each event's cost.
+        of each event's cost. This holds for the plain TCP transport the gateway serves on
+        (TLS ends in front of it); a TLS transport would count its records' overhead too.
 
         Raises:
             SlowReader: the write stayed blocked for ``cut_s``.

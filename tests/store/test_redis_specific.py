@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -860,6 +862,34 @@ async def test_acl_user_and_password_never_logged():
 
 
 # Configuration ----------------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+async def test_a_unix_socket_url_serves_streams_and_wake_ups():
+    # A short directory: a unix socket's path is limited to about 100 bytes.
+    socket_path = tempfile.mkdtemp(prefix="r") + "/redis.sock"
+    server = RedisServerProcess(
+        redis_server_executable(), ["--unixsocket", socket_path, "--unixsocketperm", "700"]
+    )
+    server.start()
+    store = RedisStore.from_url(f"unix://{socket_path}?db=3")
+    try:
+        life = new_life()
+        await store.create_stream("s1", life, kind="request", owner="r1")
+        waiter = asyncio.create_task(store.wait("s1", life, 0, DEADLINE_S))
+        await eventually(lambda: parked(store, 1))
+        assert await store.append("s1", life, "a", "message") == 1
+        assert await asyncio.wait_for(waiter, DEADLINE_S) is True
+        assert (await store.read("s1", life, 0, 10)).events == [StoredEvent(1, "a", "message")]
+        admin = redis.asyncio.Redis(unix_socket_path=socket_path, db=3)
+        try:
+            assert await admin.dbsize() > 0  # the database the URL named
+        finally:
+            await admin.aclose()
+    finally:
+        await store.close()
+        server.close()
+        shutil.rmtree(socket_path.rsplit("/", 1)[0], ignore_errors=True)
 
 
 async def test_from_settings_builds_bounded_tls_connections():

@@ -128,6 +128,8 @@ def connection_options(url: str) -> dict[str, Any]:
     url_options = dict(parse_url(url))
     for bound_here in ("max_connections", "timeout", "socket_timeout"):
         url_options.pop(bound_here, None)
+    if "path" in url_options:
+        del options["socket_keepalive"]  # a unix socket (``unix://``) has no TCP keepalive
     options.update(url_options)
     return options
 

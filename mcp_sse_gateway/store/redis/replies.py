@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 from mcp_sse_gateway.store.base import StoredEvent
@@ -33,11 +32,12 @@ def stored_events(
     decoded = map(text, datas)
     if isinstance(datas[0], bytes):
         decoded = map(bytes.decode, cast("Sequence[bytes]", datas))
-    kinds = itertools.repeat(None) if types is None else map(_event_type, types)
+    if types is None:
+        kinds: Iterable[str | None] = itertools.repeat(None)
+    else:
+        # Each distinct type decoded once, for this read only: a type may be as big as an
+        # event, so nothing is kept once the read is done.
+        table = {value: None if value is None else text(value) for value in set(types)}
+        kinds = map(table.__getitem__, types)
     rows = zip(range(first, first + len(datas)), decoded, kinds, strict=False)
     return list(map(tuple.__new__, itertools.repeat(StoredEvent), rows))
-
-
-@functools.lru_cache(maxsize=64)
-def _event_type(value: bytes | str | None) -> str | None:
-    return None if value is None else text(value)
