@@ -52,6 +52,7 @@ from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.sse import encode_comment, encode_priming, format_event, format_head
 from mcp_sse_gateway.store.base import EventStore, StoredEvent
+from mcp_sse_gateway.streams.alarm import Alarm
 from mcp_sse_gateway.streams.cursor import Delivered, DeliveryCursor
 from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
 from mcp_sse_gateway.streams.life import StreamLife
@@ -129,6 +130,8 @@ class Delivery:
         #: When the client last got something (events, or a keepalive comment).
         self._quiet_since = time.monotonic()
         self._close_at = self._polling_close(time.monotonic())
+        #: The timeout of waits on the feed, made by the first one (see _wait_feed).
+        self._alarm: Alarm | None = None
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -179,6 +182,8 @@ class Delivery:
                     return step
         finally:
             self._reader.cancel()
+            if self._alarm is not None:
+                self._alarm.close()
 
     async def _feed_has_nothing(
         self, feed: LocalFeed, events: list[FeedEvent] | None
@@ -237,7 +242,7 @@ class Delivery:
             wait_s = min(wait_s, self._limits.heartbeat_s)
         try:
             if feed is not None:
-                woken = await feed.wait(self.cursor.position, wait_s)
+                woken = await self._wait_feed(feed, wait_s)
             else:
                 stream = self._stream
                 woken = await self._store.wait(
@@ -257,6 +262,31 @@ class Delivery:
         if self._check_owner is not None:
             await self._check_owner()
         return _AGAIN
+
+    async def _wait_feed(self, feed: LocalFeed, wait_s: float) -> bool:
+        """Wait for news of *feed* at most *wait_s* seconds; False on timeout.
+
+        The timeout is this connection's :class:`Alarm`: one timer across many waits, where
+        ``asyncio.timeout`` would schedule and cancel one per event.
+        """
+        waiter = feed.waiter(self.cursor.position)
+        if waiter is None:
+            return True
+        loop = asyncio.get_running_loop()
+        alarm = self._alarm
+        if alarm is None:
+            alarm = self._alarm = Alarm(loop)
+        alarm.arm(waiter, loop.time() + wait_s)
+        try:
+            woken = await waiter
+        except asyncio.CancelledError:
+            feed.forget(waiter)
+            raise
+        finally:
+            alarm.disarm()
+        if not woken:
+            feed.forget(waiter)  # the alarm's: the feed still holds it
+        return woken
 
     async def _outage(self, failure: StoreUnavailable | UnknownStream) -> None:
         """Step *outage*: return once the store is back, or the local feed can serve.

@@ -69,7 +69,8 @@ class LocalFeed:
         self._first = 0  # position of _events[0]
         self._bytes = 0
         self._max_lost = max(1, max_lost_events)
-        self._changed: asyncio.Event | None = None
+        #: Futures of the readers waiting for news (resolved True by the next change).
+        self._waiters: list[asyncio.Future[bool]] = []
         #: The store failed: events from now on are unstored.
         self.lost = False
         #: No event will follow (the pump ended).
@@ -135,23 +136,43 @@ class LocalFeed:
         stop = min(len(self._events), start + limit)
         return [self._events[i] for i in range(start, stop)]
 
+    def waiter(self, position: int) -> asyncio.Future[bool] | None:
+        """A future the next change of the feed resolves with True; None if there is no need.
+
+        None when an event at *position* exists or the feed is closed already. The caller may
+        resolve the future itself (a timeout, see :class:`~mcp_sse_gateway.streams.alarm.Alarm`)
+        and must then :meth:`forget` it; a cancelled waiter is forgotten the same way.
+        """
+        if position < self.end or self.done:
+            return None
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    def forget(self, waiter: asyncio.Future[bool]) -> None:
+        """Stop tracking *waiter* (one the feed did not resolve). Idempotent."""
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+
     async def wait(self, position: int, timeout_s: float) -> bool:
         """Wait until an event at *position* exists or the feed is closed; False on timeout."""
-        if position < self.end or self.done:
+        waiter = self.waiter(position)
+        if waiter is None:
             return True
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        changed = self._changed
         try:
             async with asyncio.timeout(timeout_s):
-                await changed.wait()
+                return await waiter
         except TimeoutError:
             return False
-        return True
+        finally:
+            self.forget(waiter)
 
     def _wake(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        waiters = self._waiters
+        if waiters:
+            self._waiters = []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(True)
         if self._on_news is not None:
             self._on_news()

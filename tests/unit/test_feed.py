@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from mcp_sse_gateway.streams.alarm import SLACK_S, Alarm
 from mcp_sse_gateway.streams.feed import AHEAD_BYTES, RECENT_EVENTS, FeedEvent, LocalFeed
 
 
@@ -72,3 +73,84 @@ async def test_wait_wakes_on_new_events_and_on_close_and_times_out_otherwise():
     feed.close()
     assert await asyncio.wait_for(waiter, 5) is True
     assert await feed.wait(1, 5) is True
+
+
+async def test_a_waiter_is_resolved_by_the_next_change_and_forgotten_if_not():
+    feed = LocalFeed()
+    feed.add_stored(1, _pairs("a"))
+    assert feed.waiter(0) is None  # an event at the position already
+    first, second = feed.waiter(1), feed.waiter(1)
+    assert first is not None
+    assert second is not None
+    second.cancel()  # a reader cancelled meanwhile: skipped, not an error
+    feed.add_stored(2, _pairs("b"))
+    assert first.result() is True
+    timed_out = feed.waiter(2)
+    assert timed_out is not None
+    timed_out.set_result(False)  # its alarm rang
+    feed.forget(timed_out)
+    feed.forget(timed_out)  # idempotent
+    assert feed._waiters == []
+    feed.close()
+    assert feed.waiter(2) is None  # closed: nothing to wait for
+
+
+class _CountingLoop:
+    """The running loop, counting the timers scheduled through it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.timers = 0
+
+    def call_at(self, when: float, callback, *args):
+        self.timers += 1
+        return self.loop.call_at(when, callback, *args)
+
+    def time(self) -> float:
+        return self.loop.time()
+
+
+async def test_an_alarm_moved_later_schedules_no_new_timer_and_rings_at_the_last_deadline():
+    counting = _CountingLoop()
+    loop = counting.loop
+    alarm = Alarm(counting)  # type: ignore[arg-type]
+    started = loop.time()
+    for step in range(100):  # a connection that gets an event every "step", its deadline moving
+        waiter = loop.create_future()
+        alarm.arm(waiter, started + 0.05 + step * 0.001)
+        waiter.set_result(True)  # news came before the deadline
+        alarm.disarm()
+    last = loop.create_future()
+    deadline = started + 0.2
+    alarm.arm(last, deadline)
+    assert await asyncio.wait_for(last, 5) is False
+    assert loop.time() + SLACK_S >= deadline  # not at the first timer's due time
+    assert counting.timers <= 3  # the first timer, and its re-arming for the last deadline
+    alarm.close()
+
+
+async def test_an_alarm_moved_earlier_rings_at_the_earlier_deadline():
+    loop = asyncio.get_running_loop()
+    alarm = Alarm(loop)
+    alarm.arm(loop.create_future(), loop.time() + 60)
+    early = loop.create_future()
+    alarm.arm(early, loop.time() + 0.01)
+    assert await asyncio.wait_for(early, 5) is False
+    alarm.close()
+
+
+async def test_a_closed_or_disarmed_alarm_resolves_nothing():
+    loop = asyncio.get_running_loop()
+    alarm = Alarm(loop)
+    disarmed = loop.create_future()
+    alarm.arm(disarmed, loop.time())
+    alarm.disarm()
+    closed = loop.create_future()
+    alarm.arm(closed, loop.time())
+    alarm.close()
+    alarm.close()  # idempotent
+    probe = loop.create_future()
+    loop.call_later(0.02, probe.set_result, None)
+    await asyncio.wait_for(probe, 5)  # well past both deadlines
+    assert not disarmed.done()
+    assert not closed.done()
