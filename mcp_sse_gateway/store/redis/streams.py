@@ -332,12 +332,7 @@ class StreamStore:
         finished, last, datas, types, reader, small_until = reply
         if replays is not None:
             replays.known.learn(keys.digest, life, after, int(small_until))
-        kinds: list[bytes | str | None] | None = None
-        if types:
-            kinds = [None] * len(datas)
-            for at in range(0, len(types), 2):
-                kinds[int(types[at]) - 1] = types[at + 1]
-        events = stored_events(after + 1, datas, kinds)
+        events = stored_events(after + 1, datas, _kinds(types, len(datas)))
         reached = events[-1].offset if events else after
         return ReadResult(events, bool(finished) and reached >= last, text(reader))
 
@@ -368,3 +363,19 @@ class StreamStore:
             auth=text(binding),
             trace=text(trace),
         )
+
+
+def _kinds(runs: Sequence[Any], count: int) -> list[bytes | str | None] | None:
+    """Each of *count* events' type from the read script's runs (``index, '=' type or ''``).
+
+    None when no event is typed. Built a run at a time (C-level list repetition).
+    """
+    if not any(runs[1::2]):
+        return None
+    kinds: list[bytes | str | None] = []
+    for at in range(0, len(runs), 2):
+        start = int(runs[at]) - 1
+        stop = int(runs[at + 2]) - 1 if at + 2 < len(runs) else count
+        kind = runs[at + 1]
+        kinds += [kind[1:] if kind else None] * (stop - start)
+    return kinds

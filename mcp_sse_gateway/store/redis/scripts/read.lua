@@ -1,6 +1,7 @@
 -- KEYS[3] meta, KEYS[4] stream. ARGV[8] after, ARGV[9] limit, ARGV[10] reply byte budget.
--- -> {finished (1/0), last, datas, event types (index, type, ...), newest reader, the offset up
---    to which the events after `after` are small (see small_until)};
+-- -> {finished (1/0), last, datas, event types as runs (index, '=' .. type or '' for none,
+--    ...: from that index on, until the next run), newest reader, the offset up to which the
+--    events after `after` are small (see small_until)};
 --    {-1} unknown stream; {-2} cursor gone
 local after, limit = tonumber(ARGV[8]), tonumber(ARGV[9])
 local m, last = read_checks(KEYS[3], KEYS[4], after)
@@ -9,9 +10,11 @@ if not m then
 end
 -- At most `limit` entries, and no more bytes than the budget (but always one entry): a batch of
 -- large events must not become one huge reply. Offsets are consecutive from after + 1, so the
--- reply holds the datas in order, and the event types apart, as index then type, for the few
--- events that have one (the per-entry work here is most of a replay's cost in Redis).
+-- reply holds the datas in order, and the event types apart, one entry per change of type
+-- (upstreams commonly type every event `message`: one run; the per-entry work here is most of
+-- a replay's cost in Redis).
 local datas, types, n, size, budget = {}, {}, 0, 0, tonumber(ARGV[10])
+local current, runs = false, 0 -- the type of the open run (false: none opened yet)
 local from = string.format('(0-%d', after)
 while n < limit and size < budget do
   local count = math.min(256, limit - n)
@@ -26,9 +29,11 @@ while n < limit and size < budget do
     end
     n = n + 1
     datas[n] = data
-    if event then
-      types[#types + 1] = n
-      types[#types + 1] = event
+    if event ~= current then -- nil (untyped) differs from '' (typed, empty) and from false
+      current = event
+      types[runs + 1] = n
+      types[runs + 2] = event and '=' .. event or ''
+      runs = runs + 2
     end
     taken = i
   end
