@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
@@ -121,7 +121,7 @@ async def request_context(
     structlog.contextvars.clear_contextvars()
     session_id = request.headers.get("Mcp-Session-Id")
     structlog.contextvars.bind_contextvars(
-        request_id=uuid.uuid4().hex[:16],
+        request_id=os.urandom(8).hex(),  # 64 random bits, as 16 hex digits
         method=request.method,
         path=request.path[:MAX_LOGGED_PATH],
         session=session_digest(session_id)[:12] if session_id else None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from http import HTTPStatus
 from typing import Any
 
@@ -97,27 +98,38 @@ async def read_body(
         raise BodyTooLarge
     if not request.body_exists:
         return None
+    content = request.content
+    if content.is_eof() and content.exception() is None:
+        # The whole body came with the headers (a JSON-RPC message commonly does): taken
+        # without a wait, so without the iterator and the timer.
+        whole = content.read_nowait()
+        _hold_body(request, len(whole), len(whole), limit_bytes)
+        return whole
     chunks: list[bytes] = []
     size = 0
-    state = request.app[STATE]
-    cap = request.app[SETTINGS].server.max_buffered_body_bytes
     try:
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.content.iter_any():
+            async for chunk in content.iter_any():
                 size += len(chunk)
-                if size > limit_bytes:
-                    raise BodyTooLarge
-                if state.buffered_bytes + len(chunk) > cap:
-                    request.app[METRICS].rejected.labels("buffered_bodies").inc()
-                    raise GatewayBusy
-                # Released when the request ends (web.middleware.request_limit).
-                state.buffered_bytes += len(chunk)
-                request[BUFFERED_BYTES] = request.get(BUFFERED_BYTES, 0) + len(chunk)
+                _hold_body(request, size, len(chunk), limit_bytes)
                 chunks.append(chunk)
     except TimeoutError:
         request.app[METRICS].rejected.labels("body_timeout").inc()
         raise BodyTimeout from None
     return b"".join(chunks)
+
+
+def _hold_body(request: web.Request, size: int, added: int, limit_bytes: int) -> None:
+    """Count *added* bytes of a body read *size* bytes far, or refuse it (see read_body)."""
+    if size > limit_bytes:
+        raise BodyTooLarge
+    state = request.app[STATE]
+    if state.buffered_bytes + added > request.app[SETTINGS].server.max_buffered_body_bytes:
+        request.app[METRICS].rejected.labels("buffered_bodies").inc()
+        raise GatewayBusy
+    # Released when the request ends (web.middleware.request_limit).
+    state.buffered_bytes += added
+    request[BUFFERED_BYTES] = request.get(BUFFERED_BYTES, 0) + added
 
 
 def _forward_headers(
@@ -140,13 +152,19 @@ def _forward_headers(
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _configured_url(url: str) -> URL:
+    """The configured upstream URL, parsed once per value (settings do not change)."""
+    return URL(url)
+
+
 def upstream_url_for(request: web.Request, settings: Settings, *, mcp: bool) -> URL:
     """The upstream URL of a request: always the configured origin, never one from the request.
 
     The MCP endpoint maps to the configured upstream path; any other path keeps its own path
     and query, relative to the upstream's origin.
     """
-    configured = URL(str(settings.upstream.url))
+    configured = _configured_url(str(settings.upstream.url))
     rel = request.rel_url
     if mcp:
         path = configured.raw_path

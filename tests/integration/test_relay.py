@@ -199,6 +199,28 @@ async def test_body_over_limit_gives_413_and_nothing_forwarded(upstream, gateway
     assert len(upstream.requests) == 1
 
 
+async def test_bodies_beyond_the_buffered_bound_get_503_and_release_what_they_held(
+    upstream, gateway, http
+):
+    async with gateway(
+        upstream.url, server={"max_body_bytes": 4096, "max_buffered_body_bytes": 1500}
+    ) as gw:
+        whole = await http.post(gw.mcp_url, data=b"x" * 2000)  # arrives with its headers
+        assert whole.status == 503
+        assert whole.headers["Retry-After"]
+
+        async def chunks():
+            for _ in range(4):
+                yield b"y" * 500  # sent chunked, piece by piece
+
+        pieces = await http.post(gw.mcp_url, data=chunks())
+        assert pieces.status == 503
+        for _ in range(3):  # nothing stays held: the bound admits bodies again
+            ok = await http.post(gw.mcp_url, data=b"z" * 1000)
+            assert ok.status == 200
+    assert len(upstream.requests) == 3
+
+
 @pytest.mark.parametrize(
     ("headers", "reason"),
     [
