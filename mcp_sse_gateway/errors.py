@@ -11,6 +11,7 @@
     │   ├── MethodNotAllowed         405: method the MCP endpoint does not serve
     │   ├── AmbiguousPath            400: a variant of the MCP path (case, ``;``, ``%2F``, ``//``)
     │   ├── BodyTimeout              408: the body did not arrive within ``server.body_timeout_s``
+    │   ├── BadBody                  400: the body cannot be decoded (its ``Content-Encoding``)
     │   ├── RepeatedHeader           400: ``Mcp-Session-Id`` sent more than once
     │   └── ResumeForbidden          403: credentials not the creator's where that is required
     ├── UpstreamError                502: the upstream failed (before response headers)
@@ -91,6 +92,10 @@ class RepeatedHeader(RequestRejected):
 
 class BodyTimeout(RequestRejected):
     """Raised when a request body does not arrive whole within ``server.body_timeout_s``."""
+
+
+class BadBody(RequestRejected):
+    """Raised when a request body cannot be read as sent: a broken ``gzip``/``deflate`` coding."""
 
 
 class GatewayBusy(GatewayError):

@@ -47,6 +47,13 @@ _DROP_UPSTREAM = frozenset(
         "forwarded",
     }
 )
+#: Content codings the gateway's HTTP server (aiohttp) decodes in request bodies: such a body
+#: goes upstream decoded, so its ``Content-Encoding`` and the digests of its encoded form are
+#: dropped. Any other coding is relayed as it came, header and bytes.
+DECODED_CODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
+_ENCODED_BODY = frozenset(
+    {"content-encoding", "content-md5", "content-digest", "repr-digest", "digest"}
+)
 _DROP_UPSTREAM_MCP = frozenset({"last-event-id", "accept-encoding"})
 #: End-to-end headers a client's ``Connection`` tokens cannot make hop-by-hop.
 _NEVER_HOP_BY_HOP = frozenset(
@@ -99,6 +106,10 @@ def upstream_request_headers(
     # must see the credentials and session the gateway authorized and bound.
     drop = _DROP_MCP_ALWAYS if mcp_endpoint else _DROP_ALWAYS
     tokens = _connection_tokens(incoming) - _NEVER_HOP_BY_HOP
+    # The server looks at the first Content-Encoding only, as a whole value.
+    coding = next((v for n, v in incoming if n.lower() == "content-encoding"), "")
+    if coding.isascii() and coding.lower() in DECODED_CODINGS:
+        tokens |= _ENCODED_BODY
     if tokens or drop_names:
         drop = drop | tokens | drop_names
     out: Headers = [

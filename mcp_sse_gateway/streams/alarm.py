@@ -15,7 +15,7 @@ import asyncio
 
 #: A timer due this close before the deadline counts as at it, seconds (the loop runs timers
 #: up to its clock resolution early; re-arming for less is pointless).
-SLACK_S = 0.001
+SLACK_S = 0.002
 
 
 class Alarm:

@@ -52,7 +52,7 @@ from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.sse import encode_comment, encode_priming, format_event, format_head
 from mcp_sse_gateway.store.base import EventStore, StoredEvent
-from mcp_sse_gateway.streams.alarm import Alarm
+from mcp_sse_gateway.streams.alarm import SLACK_S, Alarm
 from mcp_sse_gateway.streams.cursor import Delivered, DeliveryCursor
 from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
 from mcp_sse_gateway.streams.life import StreamLife
@@ -256,7 +256,8 @@ class Delivery:
             return _AGAIN  # the next read fails too, and waits for the store or the feed
         if woken or self._due():
             return _AGAIN
-        if time.monotonic() - self._quiet_since >= keepalive_s:
+        # A timer may ring a little early (uvloop's by up to its millisecond resolution).
+        if time.monotonic() - self._quiet_since >= keepalive_s - SLACK_S:
             await self._sink.write(KEEPALIVE)
             self._quiet_since = time.monotonic()
         if self._check_owner is not None:

@@ -20,6 +20,7 @@ from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import (
     AmbiguousPath,
     AuthUnavailable,
+    BadBody,
     BodyTimeout,
     BodyTooLarge,
     GatewayBusy,
@@ -53,6 +54,7 @@ STATUS_BY_ERROR: dict[type[GatewayError], tuple[int, int, str]] = {
     OriginNotAllowed: (403, -32600, "Forbidden: Origin not allowed"),
     BodyTooLarge: (413, -32600, "Request body too large"),
     BodyTimeout: (408, -32600, "Request body timed out"),
+    BadBody: (400, -32600, "Bad Request: the body cannot be decoded"),
     ShuttingDown: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Gateway shutting down, retry"),
     GatewayBusy: (503, jsonrpc.UPSTREAM_UNAVAILABLE, "Gateway at capacity, retry later"),
     MethodNotAllowed: (405, -32600, "Method not allowed"),
@@ -222,9 +224,13 @@ async def request_limit(
     Raises:
         GatewayBusy: the replica serves as many requests as it may.
     """
-    if request.path in UNLIMITED_PATHS and request.method in {"GET", "HEAD"}:
-        return await handler(request)
     state = request.app[STATE]
+    if request.path in UNLIMITED_PATHS and request.method in {"GET", "HEAD"}:
+        try:
+            return await handler(request)
+        finally:
+            # Relayed upstream when the gateway does not serve the path itself (metrics off).
+            state.buffered_bytes -= request.get(BUFFERED_BYTES, 0)
     limit = request.app[SETTINGS].server.max_concurrent_requests
     if state.in_flight >= limit:
         request.app[METRICS].rejected.labels("capacity").inc()

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from yarl import URL
 
 from mcp_sse_gateway import jsonrpc
@@ -27,6 +28,7 @@ from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.eras import Era, era_for
 from mcp_sse_gateway.errors import (
     AmbiguousPath,
+    BadBody,
     BodyTimeout,
     BodyTooLarge,
     GatewayBusy,
@@ -116,6 +118,8 @@ async def read_body(
     except TimeoutError:
         request.app[METRICS].rejected.labels("body_timeout").inc()
         raise BodyTimeout from None
+    except RequestPayloadError:
+        raise BadBody from None  # a broken content coding (the connection is reset otherwise)
     return b"".join(chunks)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from typing import Any
 
@@ -219,6 +220,48 @@ async def test_bodies_beyond_the_buffered_bound_get_503_and_release_what_they_he
             ok = await http.post(gw.mcp_url, data=b"z" * 1000)
             assert ok.status == 200
     assert len(upstream.requests) == 3
+
+
+async def test_a_relayed_metrics_path_releases_the_body_it_held(upstream, gateway, http):
+    # With metrics off, GET /metrics is relayed upstream like any path: its body counts
+    # toward the buffered bound, and must be released like any other request's.
+    async with gateway(
+        upstream.url,
+        server={"max_body_bytes": 4096, "max_buffered_body_bytes": 1500},
+        metrics={"enabled": False},
+    ) as gw:
+        for _ in range(3):
+            relayed = await http.get(f"{gw.base_url}/metrics", data=b"m" * 1000)
+            assert relayed.status == 200
+        ok = await http.post(gw.mcp_url, data=b"z" * 1000)
+        assert ok.status == 200
+
+
+async def test_a_compressed_body_goes_upstream_decoded_without_its_coding(upstream, gateway, http):
+    message = json.dumps(_jsonrpc("ping", 9)).encode()
+    async with gateway(upstream.url) as gw:
+        response = await http.post(
+            gw.mcp_url,
+            data=gzip.compress(message),
+            headers={
+                "Content-Type": "application/json",
+                "Content-Encoding": "gzip",
+                "Content-Digest": "sha-256=:AAAA:",
+            },
+        )
+        assert response.status == 200
+        broken = await http.post(
+            gw.mcp_url,
+            data=b"not gzip at all",
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )
+        assert broken.status == 400
+        assert (await broken.json())["error"][
+            "message"
+        ] == "Bad Request: the body cannot be decoded"
+    sent = upstream.pings[0] if upstream.pings else upstream.requests[0]["headers"]
+    assert not [v for n, v in sent if n.lower() in {"content-encoding", "content-digest"}]
+    assert len(upstream.pings) + len(upstream.requests) == 1
 
 
 @pytest.mark.parametrize(

@@ -132,3 +132,27 @@ def test_client_supplied_forwarding_headers_never_pass():
     assert not [
         n for n, _ in out if n.lower() in {"x-real-ip", "x-original-url", "x-forwarded-port"}
     ]
+
+
+@pytest.mark.parametrize(
+    ("coding", "decoded"),
+    [
+        ("gzip", True),
+        ("DEFLATE", True),
+        ("br", True),
+        ("zstd", True),
+        ("x-custom", False),
+        ("gzip, identity", False),
+    ],
+)
+def test_a_body_the_server_decodes_loses_its_coding_and_digests_and_no_other(coding, decoded):
+    incoming = [
+        ("Content-Encoding", coding),
+        ("Content-Digest", "sha-256=:AAAA:"),
+        ("Content-MD5", "AAAA"),
+        ("Content-Type", "application/json"),
+    ]
+    names = {name.lower() for name, _ in _forward(incoming, mcp_endpoint=False)}
+    assert "content-type" in names
+    kept = {"content-encoding", "content-digest", "content-md5"} & names
+    assert kept == (set() if decoded else {"content-encoding", "content-digest", "content-md5"})
