@@ -279,15 +279,10 @@ class Delivery:
             alarm = self._alarm = Alarm(loop)
         alarm.arm(waiter, loop.time() + wait_s)
         try:
-            woken = await waiter
-        except asyncio.CancelledError:
-            feed.forget(waiter)
-            raise
+            return await waiter
         finally:
             alarm.disarm()
-        if not woken:
-            feed.forget(waiter)  # the alarm's: the feed still holds it
-        return woken
+            feed.forget(waiter)  # timed out or cancelled: the feed still holds it
 
     async def _outage(self, failure: StoreUnavailable | UnknownStream) -> None:
         """Step *outage*: return once the store is back, or the local feed can serve.
