@@ -34,6 +34,11 @@ class Alarm:
         self._deadline = 0.0
         self._waiter: asyncio.Future[bool] | None = None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop whose clock the deadlines are on."""
+        return self._loop
+
     def arm(self, waiter: asyncio.Future[bool], deadline: float) -> None:
         """Resolve *waiter* with False at *deadline* unless something resolves it first."""
         self._waiter, self._deadline = waiter, deadline

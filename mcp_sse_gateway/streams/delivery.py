@@ -132,6 +132,12 @@ class Delivery:
         self._close_at = self._polling_close(time.monotonic())
         #: The timeout of waits on the feed, made by the first one (see _wait_feed).
         self._alarm: Alarm | None = None
+        #: Waits on the feed park there (see _take): not for a claimed (standalone) stream, nor
+        #: one whose owner is checked on a timer of its own.
+        self._parks = reader is None and check_owner is None
+        #: The waiter of the wait parked on the feed now, and this connection's task.
+        self._parked: asyncio.Future[bool] | None = None
+        self._task: asyncio.Task[object] | None = None
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -155,6 +161,7 @@ class Delivery:
             UnknownStream: the stream was dropped (session deleted or expired).
             StreamError, StoreError, SSEError: the stream cannot be served further.
         """
+        self._task = asyncio.current_task()
         if self._primes:
             life = self._stream.life
             await self._sink.write(
@@ -273,16 +280,20 @@ class Delivery:
         waiter = feed.waiter(self.cursor.position)
         if waiter is None:
             return True
-        loop = asyncio.get_running_loop()
         alarm = self._alarm
         if alarm is None:
-            alarm = self._alarm = Alarm(loop)
-        alarm.arm(waiter, loop.time() + wait_s)
+            alarm = self._alarm = Alarm(asyncio.get_running_loop())
+        alarm.arm(waiter, alarm.loop.time() + wait_s)
+        if self._parks:
+            # New events are written by the pump's task through _take, without waking this one.
+            feed.park(self.cursor.position, waiter, self._take)
+            self._parked = waiter
         try:
             return await waiter
         finally:
+            self._parked = None
             alarm.disarm()
-            feed.forget(waiter)  # timed out or cancelled: the feed still holds it
+            feed.forget(waiter)  # timed out or cancelled: the feed still holds it (and unparks)
 
     async def _outage(self, failure: StoreUnavailable | UnknownStream) -> None:
         """Step *outage*: return once the store is back, or the local feed can serve.
@@ -333,22 +344,28 @@ class Delivery:
     def _due(self) -> bool:
         return self._close_at is not None and time.monotonic() >= self._close_at
 
-    async def _write_events(self, events: Sequence[StoredEvent | FeedEvent]) -> None:
-        """Write *events* in pieces of about :data:`WRITE_CHUNK_BYTES`; advance the cursor.
+    def _format(
+        self, events: Sequence[StoredEvent | FeedEvent], start: int
+    ) -> tuple[bytes, int, tuple[int, int]]:
+        """The SSE bytes of *events* from index *start* on, about :data:`WRITE_CHUNK_BYTES`.
 
-        Events never stored (offset None: the store was lost) are sent without an id. A piece
-        is formatted as text and encoded once (one encode per write, not per event).
+        Returns the bytes, the index after their last event, and the cursor after them
+        (offset, unstored), for the caller to set once it writes them. Events never stored
+        (offset None: the store was lost) are sent without an id. The piece is formatted as
+        text and encoded once (one encode per write, not per event).
         """
         life = self._stream.life
-        cursor = self.cursor
-        # The cursor in locals (this loop runs per event), stored before each write.
-        last, unstored = cursor.offset, cursor.unstored
+        # The cursor in locals (this loop runs per event).
+        last, unstored = self.cursor.offset, self.cursor.unstored
         # The lines before the offset, per event type (checked once): the common block is
         # then one format, as a minted id holds only hex digits, "-" and digits.
         heads = self._heads
         pieces: list[str] = []
         size = 0
-        for event in events:
+        index, total = start, len(events)
+        while index < total:
+            event = events[index]
+            index += 1
             offset, data = event.offset, event.data
             if offset is None:
                 block = format_event(data, event=event.event)
@@ -367,16 +384,53 @@ class Delivery:
             pieces.append(block)
             size += len(block)
             if size >= WRITE_CHUNK_BYTES:
-                piece = "".join(pieces).encode()  # first: a failure leaves the cursor as it is
-                cursor.offset, cursor.unstored = last, unstored
-                await self._sink.write(piece)
-                pieces, size = [], 0
-        piece = "".join(pieces).encode()
-        cursor.offset, cursor.unstored = last, unstored
-        if piece:
+                break
+        return "".join(pieces).encode(), index, (last, unstored)
+
+    async def _write_events(self, events: Sequence[StoredEvent | FeedEvent]) -> None:
+        """Write *events* in pieces of about :data:`WRITE_CHUNK_BYTES`; advance the cursor.
+
+        The cursor moves past a piece once it is encoded, before its write: a failed write
+        (the client gone) leaves the cursor after what was attempted.
+        """
+        cursor = self.cursor
+        index, total = 0, len(events)
+        while index < total:
+            piece, index, (cursor.offset, cursor.unstored) = self._format(events, index)
             await self._sink.write(piece)
-        self.events += len(events)
+        self.events += total
         self._quiet_since = time.monotonic()
+
+    def _take(self, events: Sequence[FeedEvent]) -> bool:
+        """The parked connection's callback (:meth:`LocalFeed.park`): write *events* now.
+
+        Runs in the pump's task, right after the store acknowledged *events*. Writes them when
+        the sink takes them at once (:meth:`ClientSink.write_now`) and moves the next keepalive
+        or polling close as a write of the connection's own would; declines (False, nothing
+        written, the cursor as it was) when the connection is being stopped (replaced, drain),
+        the events need more than one piece, or the sink would block. Never raises.
+        """
+        waiter, task = self._parked, self._task
+        if waiter is None or waiter.done() or task is None or task.cancelling():
+            return False
+        try:
+            piece, stop, after = self._format(events, 0)
+            if stop < len(events) or not self._sink.write_now(piece):
+                return False
+        except Exception:  # the connection's own write meets it again, with its handling
+            log.exception("delivery.take_failed")
+            return False
+        self.cursor.offset, self.cursor.unstored = after
+        self.events += stop
+        self._replaying = False
+        now = time.monotonic()
+        self._quiet_since = now
+        wait_s = self._sse.keepalive_s
+        if self._close_at is not None:
+            wait_s = min(wait_s, self._close_at - now)
+        if self._alarm is not None:
+            self._alarm.arm(waiter, self._alarm.loop.time() + wait_s)
+        return True
 
 
 async def deliver(

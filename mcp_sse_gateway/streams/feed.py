@@ -7,6 +7,13 @@ the live tail costs the store nothing. A connection further behind (a resume, a 
 reads the store until it reaches the feed's window. Either way an event leaves only after it was
 stored.
 
+**The live end.** A reader that has caught up *parks* at the feed's end (:meth:`LocalFeed.park`)
+with a callback that takes new events itself. The pump's :meth:`~LocalFeed.add_stored` then
+hands the events it just stored to that callback, which writes them to the client at once when
+the connection takes them without blocking; the reader's task is not woken (one loop turn and a
+task switch less per event). When the callback declines (the client's buffer is full, the
+connection is being replaced), the reader is woken as before and writes them itself.
+
 **Outages.** When the pump cannot store an event (Redis unreachable), the connected client must
 keep receiving, but the stream life can no longer be resumed: what follows is never stored. The
 feed then switches to *lost* mode and receives every later event unstored; they are sent
@@ -25,6 +32,10 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
+
+#: A parked reader's callback: takes the events right after its position and returns True once
+#: they are written (its position is then past them), or False to be woken for them instead.
+Take = Callable[[Sequence["FeedEvent"]], bool]
 
 #: Of the events its reader already passed, a feed keeps this many at most ...
 RECENT_EVENTS = 256
@@ -77,21 +88,40 @@ class LocalFeed:
         self.done = False
         #: The attached reader's position (events before it were delivered); see add_stored.
         self.reader_at = 0
+        #: The reader parked at the end (see park): its waiter and its callback.
+        self._parked: tuple[asyncio.Future[bool], Take] | None = None
 
     @property
     def end(self) -> int:
         """The position after the newest event."""
         return self._first + len(self._events)
 
+    @property
+    def parked(self) -> bool:
+        """Whether a reader is parked at the end (see :meth:`park`)."""
+        return self._parked is not None
+
     def add_stored(self, first_offset: int, events: Sequence[tuple[str, str | None]]) -> None:
-        """Add events the store just acknowledged, offsets ``first_offset``, +1, …; wake."""
+        """Add events the store just acknowledged, offsets ``first_offset``, +1, …; wake.
+
+        A reader parked at exactly ``first_offset - 1`` (see :meth:`park`) is handed the events
+        first; if it takes them, it is not woken.
+        """
+        added = [FeedEvent(first_offset + i, data, event) for i, (data, event) in enumerate(events)]
+        taken: asyncio.Future[bool] | None = None
         if first_offset - 1 != self.end:
             # Not contiguous (another writer, or offsets this feed never saw): start over.
             self._events.clear()
             self._first, self._bytes = first_offset - 1, 0
-        for index, (data, event) in enumerate(events):
-            self._events.append(FeedEvent(first_offset + index, data, event))
-            self._bytes += len(data)
+            self._events.extend(added)
+        else:
+            self._events.extend(added)
+            parked = self._parked
+            if parked is not None and self.reader_at == first_offset - 1 and _took(parked, added):
+                taken = parked[0]
+                self.reader_at = self.end
+        for event in added:
+            self._bytes += len(event.data)
         # Trim what the reader passed beyond the recent bounds, and anything beyond the hard one.
         while len(self._events) > 1 and (
             self._bytes > AHEAD_BYTES
@@ -102,7 +132,7 @@ class LocalFeed:
         ):
             self._bytes -= len(self._events.popleft().data)
             self._first += 1
-        self._wake()
+        self._wake(taken)
 
     def lose(self) -> None:
         """The store failed: keep everything from now on (bounded), unstored."""
@@ -150,9 +180,25 @@ class LocalFeed:
         return waiter
 
     def forget(self, waiter: asyncio.Future[bool]) -> None:
-        """Stop tracking *waiter* (one the feed did not resolve). Idempotent."""
+        """Stop tracking *waiter* (one the feed did not resolve), and unpark it. Idempotent."""
         if waiter in self._waiters:
             self._waiters.remove(waiter)
+        if self._parked is not None and self._parked[0] is waiter:
+            self._parked = None
+
+    def park(self, position: int, waiter: asyncio.Future[bool], take: Take) -> None:
+        """Let *take* have the stored events that follow *position*, as they come.
+
+        *position* is the reader's (it becomes :attr:`reader_at`), and *waiter* its, from
+        :meth:`waiter` at that position. While it is parked, :meth:`add_stored` calls
+        ``take(events)`` with each batch that follows the reader's position, synchronously, in
+        the pump's task: True means written and past (the reader's position moves to the end,
+        *waiter* stays pending), False leaves them to the reader, whose *waiter* is then
+        resolved as usual. Unstored events (lost mode) and a feed that starts over always wake
+        the reader. One reader is parked at a time; :meth:`forget` of its waiter unparks it.
+        """
+        self.reader_at = position
+        self._parked = (waiter, take)
 
     async def wait(self, position: int, timeout_s: float) -> bool:
         """Wait until an event at *position* exists or the feed is closed; False on timeout."""
@@ -167,12 +213,31 @@ class LocalFeed:
         finally:
             self.forget(waiter)
 
-    def _wake(self) -> None:
+    def _wake(self, taken: asyncio.Future[bool] | None = None) -> None:
+        """Resolve every waiter but *taken* (a parked reader that took the news itself)."""
         waiters = self._waiters
         if waiters:
-            self._waiters = []
+            if taken is None:
+                self._waiters = []
+            elif len(waiters) == 1 and waiters[0] is taken:
+                waiters = []
+            else:
+                self._waiters = [taken] if taken in waiters else []
+                waiters = [waiter for waiter in waiters if waiter is not taken]
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(True)
         if self._on_news is not None:
             self._on_news()
+
+
+def _took(parked: tuple[asyncio.Future[bool], Take], events: Sequence[FeedEvent]) -> bool:
+    """Whether the parked reader took *events*; a failing callback counts as declined.
+
+    The callback runs in the pump's task: whatever it raises must not end the pump, and the
+    reader, woken instead, meets the failure itself on its own write.
+    """
+    try:
+        return parked[1](events)
+    except Exception:  # noqa: BLE001 - a reader's bug, not the pump's: the reader is woken
+        return False

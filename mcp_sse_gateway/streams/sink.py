@@ -20,6 +20,16 @@ class ClientSink(Protocol):
         """
         ...
 
+    def write_now(self, data: bytes) -> bool:
+        """Write *data* at once if the connection takes it without blocking.
+
+        Returns:
+            True once written; False when nothing was written: the write could block (the
+            client's buffer is full), or the connection is closing. Never raises; the caller
+            then writes with :meth:`write`, which waits or raises.
+        """
+        ...
+
     async def end(self) -> None:
         """End the response (a client already gone is no error)."""
         ...

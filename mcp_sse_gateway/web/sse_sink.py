@@ -48,14 +48,8 @@ class SSEResponseSink:
             SlowReader: the write stayed blocked for ``cut_s``.
             ClientGone: the client's connection is closed.
         """
-        transport = self._request.transport
         try:
-            if (
-                transport is not None
-                and not self._request.protocol.writing_paused
-                and transport.get_write_buffer_size() + len(data) + CHUNK_FRAMING_BYTES
-                <= transport.get_write_buffer_limits()[1]
-            ):
+            if self._takes(data):
                 await self._response.write(data)
                 return
             async with asyncio.timeout(self._cut_s):
@@ -64,6 +58,40 @@ class SSEResponseSink:
             raise SlowReader from None
         except ConnectionResetError:
             raise ClientGone from None
+
+    def _takes(self, data: bytes) -> bool:
+        """Whether the transport takes *data* without pausing the protocol (so no wait)."""
+        transport = self._request.transport
+        return (
+            transport is not None
+            and not transport.is_closing()
+            and not self._request.protocol.writing_paused
+            and transport.get_write_buffer_size() + len(data) + CHUNK_FRAMING_BYTES
+            <= transport.get_write_buffer_limits()[1]
+        )
+
+    def write_now(self, data: bytes) -> bool:
+        """Write *data* now if the transport takes it without pausing; False: nothing written.
+
+        aiohttp's ``StreamResponse.write`` only waits (drains) on a paused protocol, after it
+        handed the bytes to the transport (no compression or chunk hook on these responses).
+        When the transport takes the bytes without pausing, the coroutine therefore completes
+        in one step, driven here without a task: the caller (the pump's task, see
+        :meth:`~mcp_sse_gateway.streams.delivery.Delivery`) needs no loop turn for it. Should
+        it wait anyway, the bytes are written already and the wait is dropped (the
+        connection's next :meth:`write` waits instead).
+        """
+        if not self._takes(data):
+            return False
+        step = self._response.write(data)
+        try:
+            step.send(None)
+        except StopIteration:
+            return True
+        except (ConnectionResetError, RuntimeError):  # closing, or ended: nothing written
+            return False
+        step.close()  # it waits to drain, after the write
+        return True
 
     async def end(self) -> None:
         """End the response; a client already gone is no error."""

@@ -135,6 +135,8 @@ class ListSink:
         ended: ``end`` was called.
         aborted: ``abort`` was called.
         fail_with: raised from the next write (then cleared), e.g. SlowReader or ClientGone.
+        blocked: ``write_now`` declines every write (a client whose buffer is full).
+        written_now: writes ``write_now`` took.
     """
 
     def __init__(self) -> None:
@@ -142,6 +144,9 @@ class ListSink:
         self.ended = False
         self.aborted = False
         self.fail_with: type[SlowReader] | type[ClientGone] | None = None
+        #: write_now declines (as a full client buffer would), and how many it took.
+        self.blocked = False
+        self.written_now = 0
         self._news = asyncio.Event()
 
     async def write(self, data: bytes) -> None:
@@ -151,6 +156,15 @@ class ListSink:
             raise failure
         self.writes.append(data)
         self._news.set()
+
+    def write_now(self, data: bytes) -> bool:
+        """Keep *data* unless the test blocks immediate writes or asked a write to fail."""
+        if self.blocked or self.fail_with is not None:
+            return False
+        self.writes.append(data)
+        self.written_now += 1
+        self._news.set()
+        return True
 
     async def end(self) -> None:
         """Record the end."""

@@ -154,3 +154,71 @@ async def test_a_closed_or_disarmed_alarm_resolves_nothing():
     await asyncio.wait_for(probe, 5)  # well past both deadlines
     assert not disarmed.done()
     assert not closed.done()
+
+
+# A reader parked at the end ----------------------------------------------------------------
+
+
+async def test_a_parked_reader_takes_the_events_that_follow_it_and_is_not_woken():
+    feed = LocalFeed()
+    feed.add_stored(1, _pairs("a"))
+    assert feed.read(1, 10) == []
+    waiter = feed.waiter(1)
+    assert waiter is not None
+    taken: list[list[FeedEvent]] = []
+    feed.park(1, waiter, lambda events: taken.append(list(events)) is None)
+    assert feed.parked
+    feed.add_stored(2, [("b", None), ("c", "progress")])
+    assert taken == [[FeedEvent(2, "b"), FeedEvent(3, "c", "progress")]]
+    assert not waiter.done()  # it took them itself: no wake-up
+    assert feed.reader_at == feed.end == 3
+    feed.add_stored(4, _pairs("d"))  # still parked, now at the new end
+    assert taken[-1] == [FeedEvent(4, "d")]
+    assert feed.read(2, 10) == [FeedEvent(3, "c", "progress"), FeedEvent(4, "d")]  # kept too
+    feed.forget(waiter)
+    assert not feed.parked
+    feed.add_stored(5, _pairs("e"))
+    assert len(taken) == 2  # unparked: nothing more is handed over
+
+
+async def test_a_parked_reader_that_declines_or_fails_is_woken_and_the_events_kept():
+    feed = LocalFeed()
+    other = feed.waiter(0)  # another waiter on the feed is woken either way
+    waiter = feed.waiter(0)
+    assert waiter is not None
+    assert other is not None
+    feed.park(0, waiter, lambda events: False)
+    feed.add_stored(1, _pairs("a"))
+    assert waiter.result() is True
+    assert other.result() is True
+    assert feed.reader_at == 0  # not taken: the reader reads it itself
+    assert feed.read(0, 10) == [FeedEvent(1, "a")]
+
+    def broken(events: object) -> bool:
+        raise RuntimeError("a reader's bug")
+
+    waiter = feed.waiter(1)
+    assert waiter is not None
+    feed.park(1, waiter, broken)
+    feed.add_stored(2, _pairs("b"))  # the pump's call does not fail with it
+    assert waiter.result() is True
+    assert feed.read(1, 10) == [FeedEvent(2, "b")]
+
+
+async def test_a_parked_reader_is_not_handed_events_it_is_not_right_before():
+    feed = LocalFeed()
+    feed.add_stored(1, _pairs("a"))
+    calls: list[object] = []
+    waiter = feed.waiter(1)
+    assert waiter is not None
+    feed.park(1, waiter, lambda events: calls.append(events) is None)
+    feed.add_stored(5, _pairs("e"))  # a gap: the feed starts over, the reader reads the store
+    assert calls == []
+    assert waiter.result() is True
+    waiter = feed.waiter(5)
+    assert waiter is not None
+    feed.park(5, waiter, lambda events: calls.append(events) is None)
+    feed.lose()
+    feed.push("f", None)  # unstored events always wake the reader
+    assert calls == []
+    assert waiter.result() is True

@@ -213,6 +213,117 @@ async def test_the_live_tail_comes_from_the_feed_and_lost_events_go_without_ids(
     ]
 
 
+async def _parked_delivery(
+    stage: _Stage, sink: ListSink, **options: Any
+) -> tuple[StreamLife, Any, asyncio.Task[Delivered]]:
+    """A delivery of a new stream with a feed, caught up and parked at the feed's end."""
+    await stage.create()
+    stream = stage.stream()
+    feed = stream.start_feed(max_lost_events=100)
+    task = stage.deliver(sink, **options)
+    await eventually(lambda: feed.parked)
+    return stream, feed, task
+
+
+async def _store(stage: _Stage, feed: Any, *datas: str) -> None:
+    """What the pump does with a batch: store it, then hand it to the feed."""
+    events = [(data, None) for data in datas]
+    last = await stage.store.append_many(SID, stage.life, events)
+    feed.add_stored(last - len(events) + 1, events)
+
+
+async def test_a_caught_up_connection_is_written_by_the_pumps_call_without_a_wake_up():
+    stage = _Stage()
+    sink = ListSink()
+    stream, feed, task = await _parked_delivery(stage, sink)
+    events = [("a", None), ("b", None)]
+    last = await stage.store.append_many(SID, stage.life, events)
+    feed.add_stored(last - 1, events)
+    # Written within the pump's own call: no loop turn of the connection's task came between.
+    assert sink.datas() == ["a", "b"]
+    assert sink.written_now == 1
+    await _store(stage, feed, "c")
+    assert sink.datas() == ["a", "b", "c"]
+    await stage.store.finish(SID, stage.life)
+    feed.close()
+    stream.pump_ended()
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert (delivered.ended, delivered.events, delivered.cursor) == ("finished", 3, 3)
+    assert [(e.data, e.id) for e in sink.events() if e.data] == [
+        ("a", event_id(stage.life, 1)),
+        ("b", event_id(stage.life, 2)),
+        ("c", event_id(stage.life, 3)),
+    ]
+
+
+async def test_a_client_whose_buffer_is_full_is_woken_and_written_by_its_connection():
+    stage = _Stage()
+    sink = ListSink()
+    stream, feed, task = await _parked_delivery(stage, sink)
+    sink.blocked = True
+    await _store(stage, feed, "a")
+    assert sink.datas() == []  # declined: nothing written from the pump's call
+    await sink.wait_for(1)  # the connection's own (timed) write
+    sink.blocked = False
+    await eventually(lambda: feed.parked)
+    await _store(stage, feed, "b")
+    assert sink.datas() == ["a", "b"]  # parked again, and taken again
+    await stage.store.finish(SID, stage.life)
+    feed.close()
+    stream.pump_ended()
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert (delivered.ended, delivered.events) == ("finished", 2)
+    assert [e.id for e in sink.events() if e.data] == [
+        event_id(stage.life, 1),
+        event_id(stage.life, 2),
+    ]
+
+
+async def test_a_connection_told_to_stop_takes_nothing_more_from_the_pump():
+    stage = _Stage()
+    older, newer = ListSink(), ListSink()
+    stream, feed, first = await _parked_delivery(stage, older)
+    assert stream.reader is not None
+    stream.reader.stop("superseded")  # what a newer connection's attach does
+    await _store(stage, feed, "a")
+    assert older.datas() == []  # its task is being cancelled: it is not written to
+    assert (await asyncio.wait_for(first, DEADLINE_S)).ended == "superseded"
+    assert older.datas() == []
+    second = stage.deliver(newer)
+    await newer.wait_for(1)
+    await stage.store.finish(SID, stage.life)
+    feed.close()
+    stream.pump_ended()
+    assert (await asyncio.wait_for(second, DEADLINE_S)).events == 1
+    assert newer.datas() == ["a"]
+
+
+async def test_keepalives_follow_the_last_write_of_the_pump():
+    stage = _Stage(_settings({"keepalive_s": 0.05}))
+    sink = ListSink()
+    stream, feed, task = await _parked_delivery(stage, sink)
+    await _store(stage, feed, "a")
+    assert sink.writes[-1].endswith(b"data: a\n\n")
+    await eventually(lambda: sink.writes[-1] == KEEPALIVE)  # the timer still rings after it
+    await stage.store.finish(SID, stage.life)
+    feed.close()
+    stream.pump_ended()
+    assert (await asyncio.wait_for(task, DEADLINE_S)).ended == "finished"
+
+
+async def test_a_polling_close_that_came_due_ends_the_connection_after_what_it_took():
+    stage = _Stage(_settings({"poll_after_ms": 200}))
+    sink = ListSink()
+    stream, feed, task = await _parked_delivery(stage, sink)
+    await _store(stage, feed, "a")
+    assert sink.datas() == ["a"]
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert (delivered.ended, delivered.events, delivered.cursor) == ("poll", 1, 1)
+    assert sink.writes[-1] == encode_retry(RETRY_MS)
+    feed.close()
+    stream.pump_ended()
+
+
 class _DownStore(MemoryStore):
     """A memory store whose reads fail while ``down`` is set."""
 

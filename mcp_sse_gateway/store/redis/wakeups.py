@@ -226,7 +226,7 @@ class Wakeups:
                 raise
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]  # unannotated in redis-py
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # redis-py < 8.2
 
     async def _dispatch(self, pubsub: PubSub) -> None:
         """Read the subscription until it fails (never returns normally)."""
