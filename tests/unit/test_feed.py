@@ -187,7 +187,7 @@ async def test_a_parked_reader_that_declines_or_fails_is_woken_and_the_events_ke
     waiter = feed.waiter(0)
     assert waiter is not None
     assert other is not None
-    feed.park(0, waiter, lambda events: False)
+    feed.park(0, waiter, lambda _events: False)
     feed.add_stored(1, _pairs("a"))
     assert waiter.result() is True
     assert other.result() is True
