@@ -229,13 +229,11 @@ class RequestStreams:
         if not post.request_ids:
             await self._forward_post(post, opened)
             return
-        keeper = asyncio.get_running_loop().create_task(
-            self._keep_session(post.session_id), name="post.keep_session"
-        )
+        keeper = _SessionKeeper(self._ctx, post.session_id)
         try:
             await self._forward_post(post, opened)
         finally:
-            keeper.cancel()
+            keeper.stop()
 
     async def _forward_post(self, post: _Post, opened: asyncio.Future[Opened]) -> None:
         upgrade = post.upgrade
@@ -390,19 +388,6 @@ class RequestStreams:
                 pending=len(result.pending),
             )
 
-    async def _keep_session(self, session_id: str) -> None:
-        """While a pump runs: use the session every third of its idle TTL (D7, expiry).
-
-        A silent call (an upgraded JSON call, a tool that reports no progress) appends
-        nothing for as long as it runs, and its client reads the local feed: without this, the
-        session and its open streams would expire in the store under a running call.
-        """
-        period_s = self._ctx.settings.store.session_idle_ttl_s / 3
-        while True:
-            await asyncio.sleep(period_s)
-            with contextlib.suppress(StoreError):
-                await self._ctx.store.get_session(session_id, refresh=True)
-
     def _reopener(self, call: UpstreamCall) -> Callable[[str], Awaitable[Chunks | None]]:
         """Resume a resumable upstream that closed on purpose (SEP-1699), as the client would."""
 
@@ -453,6 +438,45 @@ class RequestStreams:
         finally:
             stream.retire()
             self._ctx.registry.release(stream)
+
+
+class _SessionKeeper:
+    """While a pump runs: use the session every third of its idle TTL (D7, expiry).
+
+    A silent call (an upgraded JSON call, a tool that reports no progress) appends nothing for
+    as long as it runs, and its client reads the local feed: without this, the session and its
+    open streams would expire in the store under a running call. A timer, not a task per call:
+    most calls end long before it is due, and cost then only the timer.
+    """
+
+    __slots__ = ("_ctx", "_handle", "_period_s", "_refresh", "_session_id")
+
+    def __init__(self, ctx: StreamContext, session_id: str) -> None:
+        self._ctx, self._session_id = ctx, session_id
+        self._period_s = ctx.settings.store.session_idle_ttl_s / 3
+        self._refresh: asyncio.Task[None] | None = None
+        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            self._period_s, self._due
+        )
+
+    def _due(self) -> None:
+        if self._refresh is None or self._refresh.done():
+            self._refresh = self._ctx.registry.spawn(
+                self._use_session(), name="post.keep_session", background=True
+            )
+        self._handle = asyncio.get_running_loop().call_later(self._period_s, self._due)
+
+    async def _use_session(self) -> None:
+        with contextlib.suppress(StoreError):
+            await self._ctx.store.get_session(self._session_id, refresh=True)
+
+    def stop(self) -> None:
+        """The pump is done: no more uses (one under way is cancelled)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._refresh is not None:
+            self._refresh.cancel()
 
 
 @dataclass(slots=True)
