@@ -8,9 +8,9 @@ what is queued as **one pipeline** (``EVALSHA`` after ``EVALSHA``, one write, th
 order), under **one permit** of the store's queue
 (:mod:`~mcp_sse_gateway.store.redis.calls`):
 
-* a call that finds nothing queued, no flusher waiting and a pipeline slot free is sent at once
-  from its caller's own task, as a pipeline of one (the common case of a paced stream: no task
-  is started for it, and it costs no loop turn more than a direct call);
+* a call that finds nothing of its kind queued or in flight is sent at once from its caller's
+  own task, as a pipeline of one (the common case of a paced stream: no task is started for
+  it, and it costs no loop turn more than a direct call);
 * otherwise a call is queued, and a flusher is started unless one is already waiting for a
   permit;
 * the flusher, once it holds its permit, takes what is queued then (at most
@@ -269,7 +269,7 @@ class ScriptBatches:
         if weight is None:
             weight = sum(len(arg) for arg in args if isinstance(arg, str))
         call = _Call(name, keys, extra_keys, args, refresh, future, loop.time(), weight)
-        if not self._queued and not self._flusher_waiting and self._in_flight < MAX_IN_FLIGHT:
+        if not self._queued and not self._flusher_waiting and not self._in_flight:
             return await self._run_alone(call)
         self._queued.append(call)
         self._start_flusher()
