@@ -77,7 +77,8 @@ WATCH_MARGIN_S = 1.0
 def _permits(client: Redis | RedisCluster, *, shares_subscriber: bool) -> int:
     """Calls in flight at most: the command connections.
 
-    One fewer when the subscriber takes a connection of the same pool.
+    One fewer when the subscriber takes a connection of the same pool (and the store lets one
+    fewer again be in flight when its pipelines keep a connection; see ``__init__``).
     """
     pool = getattr(client, "connection_pool", None)
     size = int(getattr(pool, "max_connections", COMMAND_CONNECTIONS) or COMMAND_CONNECTIONS)
