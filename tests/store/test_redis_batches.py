@@ -328,3 +328,29 @@ async def test_a_pipeline_cut_by_the_stall_timeout_leaves_no_reply_behind(redis_
         await admin.aclose()
     assert after == [n + 1 for n in stored]
     assert all(info is not None for info in infos)
+
+
+@pytest.mark.redis
+async def test_callers_that_leave_mid_call_cost_no_new_connections(redis_url):
+    # A client that goes away cancels its request handler, and with it the store call in
+    # flight: such calls are finished by a flusher task, so the connection is not closed.
+    # (Only the pumps' appends and finishes go alone from their caller's task.)
+    store = RedisStore.from_url(redis_url)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    rounds = 100
+    try:
+        ((session, life),) = await _streams(store, 1)
+        await store.append(session, life, "a", None)
+        before = int((await admin.info("stats"))["total_connections_received"])
+        for _ in range(rounds):
+            call = asyncio.ensure_future(store.stream_info(session, life))
+            for _ in range(3):
+                await asyncio.sleep(0)  # its command is out, its reply not read yet
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+        after = int((await admin.info("stats"))["total_connections_received"])
+        assert (await store.stream_info(session, life)).last_offset == 1
+    finally:
+        await store.close()
+        await admin.aclose()
+    assert after - before <= 2, after - before

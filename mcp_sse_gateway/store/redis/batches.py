@@ -8,9 +8,10 @@ what is queued as **one pipeline** (``EVALSHA`` after ``EVALSHA``, one write, th
 order), under **one permit** of the store's queue
 (:mod:`~mcp_sse_gateway.store.redis.calls`):
 
-* a call that finds nothing of its kind queued or in flight is sent at once from its caller's
-  own task, as a pipeline of one (the common case of a paced stream: no task is started for
-  it, and it costs no loop turn more than a direct call);
+* an append or a finish (:data:`LONE_OPERATIONS`) that finds nothing of its kind queued or in
+  flight is sent at once from its caller's own task, as a pipeline of one (the common case of
+  a paced stream: no task is started for it, and it costs no loop turn more than a direct
+  call);
 * otherwise a call is queued, and a flusher is started unless one is already waiting for a
   permit;
 * the flusher, once it holds its permit, takes what is queued then (at most
@@ -60,6 +61,12 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024
 #: Pipelines of one kind in flight at once: one being run by Redis while the replies of the
 #: other are read; more would only make the batches smaller (Redis runs scripts one at a time).
 MAX_IN_FLIGHT = 2
+#: Operations whose lone call is sent from its caller's task. Their callers are the pumps,
+#: app-owned tasks cancelled only at shutdown: a caller cancelled with its call in flight has
+#: redis-py close the connection (no reply may stay unread), and calls of request handlers and
+#: client connections, cancelled whenever a client goes away, would each cost a new connection.
+#: Those keep the flusher task, which finishes a call whose caller left.
+LONE_OPERATIONS = frozenset({"append", "finish"})
 #: Connections the pipelines keep between round trips, at most (the rest go back to the pool).
 #: The store lets one call fewer be in flight for each (see RedisStore), so that a connection
 #: kept idle never leaves a call with a permit waiting for a connection of the bounded pool.
@@ -168,6 +175,7 @@ class Batches:
                 priority=priority,
                 refuses_new=priority == NEW,
                 connections=self.connections,
+                alone=operation in LONE_OPERATIONS,
             )
         return batches
 
@@ -213,6 +221,8 @@ class ScriptBatches:
             (``store.max_queued_calls``, batched calls included).
         connections: where the pipelines take their connections (default: the client's
             pool, none kept).
+        alone: a call that finds nothing of its kind queued or in flight is sent from its
+            caller's task (see :data:`LONE_OPERATIONS`), not by a flusher task.
     """
 
     def __init__(
@@ -225,8 +235,10 @@ class ScriptBatches:
         priority: int,
         refuses_new: bool = False,
         connections: KeptConnections | None = None,
+        alone: bool = False,
     ) -> None:
         self._refuses_new = refuses_new
+        self._alone_allowed = alone
         self._connections = connections or KeptConnections(client, 0)
         self._client = client
         self._scripts = scripts
@@ -269,7 +281,8 @@ class ScriptBatches:
         if weight is None:
             weight = sum(len(arg) for arg in args if isinstance(arg, str))
         call = _Call(name, keys, extra_keys, args, refresh, future, loop.time(), weight)
-        if not self._queued and not self._flusher_waiting and not self._in_flight:
+        idle = not self._queued and not self._flusher_waiting and not self._in_flight
+        if idle and self._alone_allowed:
             return await self._run_alone(call)
         self._queued.append(call)
         self._start_flusher()
@@ -284,7 +297,8 @@ class ScriptBatches:
         """Send *call* as a pipeline of its own from the caller's task; its outcome.
 
         Only the caller's call is in it, so a cancellation of the caller (its connection is
-        then closed by redis-py, no reply left unread) touches no other call.
+        then closed by redis-py, no reply left unread) touches no other call; see
+        :data:`LONE_OPERATIONS` for why only the pumps' calls go this way.
         """
         self._alone.add(call.future)
         try:
