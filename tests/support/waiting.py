@@ -98,8 +98,6 @@ def parked(store: Any, waiting: int, *, commands_idle: bool = False) -> bool:
     if not commands_idle:
         return True
     pool = store.clients.commands.connection_pool
-    # A store given one client runs its subscription on one of that client's connections, and
-    # its pipelines may keep one idle between round trips.
+    # A store given one client runs its subscription on one of that client's connections.
     subscriber = 1 if store.clients.subscriber is store.clients.commands else 0
-    kept = store._batches.connections.kept if store._batches is not None else 0
-    return len(pool._in_use_connections) <= subscriber + kept
+    return len(pool._in_use_connections) <= subscriber

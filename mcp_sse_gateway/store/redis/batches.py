@@ -8,23 +8,17 @@ what is queued as **one pipeline** (``EVALSHA`` after ``EVALSHA``, one write, th
 order), under **one permit** of the store's queue
 (:mod:`~mcp_sse_gateway.store.redis.calls`):
 
-* an append or a finish (:data:`LONE_OPERATIONS`) that finds nothing of its kind queued or in
-  flight is sent at once from its caller's own task, as a pipeline of one (the common case of
-  a paced stream: no task is started for it, and it costs no loop turn more than a direct
-  call);
-* otherwise a call is queued, and a flusher is started unless one is already waiting for a
-  permit;
+* a call is queued, and a flusher is started unless one is already waiting for a permit;
 * the flusher, once it holds its permit, takes what is queued then (at most
   :data:`MAX_BATCH` calls; the rest wait for the next flusher) and sends it;
 * while its pipeline is in flight, new calls queue for the next flusher, which takes another
   permit; at most :data:`MAX_IN_FLIGHT` pipelines are in flight at once, and the calls queued
   meanwhile go together in the next one.
 
-Under load, every call queued during a round trip shares the next one. A pipeline is written on
-one connection as hiredis packs it and its replies read one by one (:func:`_exchange`), without a
-redis-py pipeline object, whose machinery cost about as much CPU as the round trip itself. The
-pipelines keep a few connections of the pool between round trips (:class:`KeptConnections`):
-taking one from redis-py's pool and giving it back cost about as much again. Each call is
+A lone call costs one event-loop turn more than a direct one; under load, every call queued
+during a round trip shares the next one. A pipeline is written on one pooled connection as
+hiredis packs it and its replies read one by one (:func:`_exchange`), without a redis-py
+pipeline object, whose machinery cost about as much CPU as the round trip itself. Each call is
 still one atomic script of one session; a pipeline is not a transaction, so the calls apply
 independently and in order.
 
@@ -40,7 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hiredis import pack_command  # redis[hiredis]; redis-py's asyncio connections pack in Python
 from redis import exceptions as redis_errors
@@ -61,70 +55,6 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024
 #: Pipelines of one kind in flight at once: one being run by Redis while the replies of the
 #: other are read; more would only make the batches smaller (Redis runs scripts one at a time).
 MAX_IN_FLIGHT = 2
-#: Operations whose lone call is sent from its caller's task. Their callers are the pumps,
-#: app-owned tasks cancelled only at shutdown: a caller cancelled with its call in flight has
-#: redis-py close the connection (no reply may stay unread), and calls of request handlers and
-#: client connections, cancelled whenever a client goes away, would each cost a new connection.
-#: Those keep the flusher task, which finishes a call whose caller left.
-LONE_OPERATIONS = frozenset({"append", "finish"})
-#: Connections the pipelines keep between round trips, at most (the rest go back to the pool).
-#: The store lets one call fewer be in flight for each (see RedisStore), so that a connection
-#: kept idle never leaves a call with a permit waiting for a connection of the bounded pool.
-KEPT_CONNECTIONS = 1
-
-
-class KeptConnections:
-    """A few connections of the command client's pool, kept by the pipelines between uses.
-
-    redis-py's ``get_connection`` and ``release`` take a lock, record observability counters
-    and check the connection each time; a paced stream's lone append paid about as much CPU
-    for them as for its round trip. A kept connection is used as it is: one that Redis closed
-    meanwhile fails its write or read with a ``ConnectionError``, and the pipeline is repeated
-    on a new connection (the connection's repeat policy, as for a pooled one). A connection
-    whose use failed in any other way (the stall timeout, a cancellation: redis-py then closes
-    it) goes back to the pool, never back here.
-
-    Args:
-        client: the command client whose pool the connections come from.
-        keep: connections kept at most (0: none, every one goes back to the pool).
-    """
-
-    def __init__(self, client: Redis, keep: int) -> None:
-        self._pool = client.connection_pool
-        self._keep = keep
-        self._kept: list[AbstractConnection] = []
-        self._closed = False
-
-    @property
-    def kept(self) -> int:
-        """Connections kept idle now."""
-        return len(self._kept)
-
-    async def take(self) -> AbstractConnection:
-        """A kept connection, or one from the pool (connected)."""
-        if self._kept:
-            return self._kept.pop()
-        connection: AbstractConnection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-        return connection
-
-    async def give_back(self, connection: AbstractConnection, *, reusable: bool) -> None:
-        """Keep *connection* if it is *reusable* and still connected, else release it."""
-        if (
-            reusable
-            and not self._closed
-            and connection.is_connected
-            and len(self._kept) < self._keep
-        ):
-            self._kept.append(connection)
-            return
-        await self._pool.release(connection)
-
-    async def close(self) -> None:
-        """Give every kept connection back to the pool; later ones are not kept. Idempotent."""
-        self._closed = True
-        kept, self._kept = self._kept, []
-        for connection in kept:
-            await self._pool.release(connection)
 
 
 @dataclass(slots=True)
@@ -149,16 +79,11 @@ class Batches:
         scripts: the store's scripts.
         calls: the store's call queue and outage state; its bound of queued calls counts the
             calls waiting in batches too.
-        kept_connections: connections of the client's pool the pipelines keep between round
-            trips (:class:`KeptConnections`); *calls* must leave that many of the pool free.
     """
 
-    def __init__(
-        self, client: Redis, scripts: Scripts, calls: Calls, *, kept_connections: int = 0
-    ) -> None:
+    def __init__(self, client: Redis, scripts: Scripts, calls: Calls) -> None:
         self._client, self._scripts, self._calls = client, scripts, calls
         self._batches: dict[tuple[str, int], ScriptBatches] = {}
-        self.connections = KeptConnections(client, kept_connections)
         # Calls waiting in batches count toward the queue's bound of new work; the flusher
         # waiting for their permit is already in the queue's own count.
         calls.also_queued = lambda: max(0, self.queued - self.flushers_waiting)
@@ -174,8 +99,6 @@ class Batches:
                 operation=operation,
                 priority=priority,
                 refuses_new=priority == NEW,
-                connections=self.connections,
-                alone=operation in LONE_OPERATIONS,
             )
         return batches
 
@@ -200,10 +123,9 @@ class Batches:
         return sum(batches.calls for batches in self._batches.values())
 
     async def close(self) -> None:
-        """Wait for every pipeline in flight, then give the kept connections back."""
+        """Wait for every pipeline in flight."""
         for batches in list(self._batches.values()):
             await batches.close()
-        await self.connections.close()
 
 
 class ScriptBatches:
@@ -219,10 +141,6 @@ class ScriptBatches:
         refuses_new: the calls are new work: refused at once with
             :class:`~mcp_sse_gateway.errors.StoreBusy` while the store's queue is full
             (``store.max_queued_calls``, batched calls included).
-        connections: where the pipelines take their connections (default: the client's
-            pool, none kept).
-        alone: a call that finds nothing of its kind queued or in flight is sent from its
-            caller's task (see :data:`LONE_OPERATIONS`), not by a flusher task.
     """
 
     def __init__(
@@ -234,12 +152,8 @@ class ScriptBatches:
         operation: str,
         priority: int,
         refuses_new: bool = False,
-        connections: KeptConnections | None = None,
-        alone: bool = False,
     ) -> None:
         self._refuses_new = refuses_new
-        self._alone_allowed = alone
-        self._connections = connections or KeptConnections(client, 0)
         self._client = client
         self._scripts = scripts
         self._calls = calls
@@ -249,8 +163,6 @@ class ScriptBatches:
         #: A flusher has started and not yet taken the queue.
         self._flusher_waiting = False
         self._flushers: set[asyncio.Task[None]] = set()
-        #: Calls sent alone from their callers' tasks, in flight now (see run).
-        self._alone: set[asyncio.Future[Any]] = set()
         #: Pipelines sent, and calls they carried (for tests and benchmarks).
         self.pipelines = 0
         self.calls = 0
@@ -281,38 +193,9 @@ class ScriptBatches:
         if weight is None:
             weight = sum(len(arg) for arg in args if isinstance(arg, str))
         call = _Call(name, keys, extra_keys, args, refresh, future, loop.time(), weight)
-        idle = not self._queued and not self._flusher_waiting and not self._in_flight
-        if idle and self._alone_allowed:
-            return await self._run_alone(call)
         self._queued.append(call)
         self._start_flusher()
         return await future
-
-    @property
-    def _in_flight(self) -> int:
-        """Pipelines in flight or about to be: flushers, and calls sent alone."""
-        return len(self._flushers) + len(self._alone)
-
-    async def _run_alone(self, call: _Call) -> Any:
-        """Send *call* as a pipeline of its own from the caller's task; its outcome.
-
-        Only the caller's call is in it, so a cancellation of the caller (its connection is
-        then closed by redis-py, no reply left unread) touches no other call; see
-        :data:`LONE_OPERATIONS` for why only the pumps' calls go this way.
-        """
-        self._alone.add(call.future)
-        try:
-            async with self._calls.call(self._operation, self._priority, admitted=True) as held:
-                held.refused = not await self._send([call])
-        except Exception as exc:  # noqa: BLE001 - every failure is the call's outcome, as in _flush
-            if not call.future.done():
-                call.future.set_exception(_failure(exc))
-        finally:
-            self._alone.discard(call.future)
-            if not call.future.done():
-                call.future.cancel()  # the caller was cancelled: nobody awaits it
-            self._start_flusher()  # what queued meanwhile
-        return call.future.result()
 
     @property
     def queued(self) -> list[_Call]:
@@ -325,7 +208,7 @@ class ScriptBatches:
         return self._flusher_waiting
 
     def _start_flusher(self) -> None:
-        if self._flusher_waiting or not self._queued or self._in_flight >= MAX_IN_FLIGHT:
+        if self._flusher_waiting or not self._queued or len(self._flushers) >= MAX_IN_FLIGHT:
             return
         self._flusher_waiting = True
         task = asyncio.get_running_loop().create_task(self._flush())
@@ -405,12 +288,12 @@ class ScriptBatches:
     async def _pipeline(self, calls: list[_Call]) -> list[Any]:
         """Send *calls* as one pipeline; their replies in order (error replies as values).
 
-        On one connection (:class:`KeptConnections`), written at once and read reply by reply,
-        as redis-py's own pipeline does, and repeated on a new connection after a
+        On one connection of the client's pool, written at once and read reply by reply, as
+        redis-py's own pipeline does, and repeated on a new connection after a
         ``ConnectionError`` as the connection's repeat policy says (every script is safe to
         repeat: see :mod:`~mcp_sse_gateway.store.redis.connections`). A read cut short (the
-        stall timeout cancels it) closes the connection, so no reply is left unread on a kept
-        or pooled one. What it saves is measured in ``docs/decisions.md`` ("Cost at scale").
+        stall timeout cancels it) closes the connection, so no reply is left unread on a pooled
+        one. What it saves is measured in ``docs/decisions.md`` ("Cost at scale").
         """
         packed = [
             _pack(
@@ -421,24 +304,21 @@ class ScriptBatches:
             )
             for call in calls
         ]
-        connection = await self._connections.take()
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            replies: list[Any] = await connection.retry.call_with_retry(
+            replies = await connection.retry.call_with_retry(
                 lambda: _exchange(connection, packed),
                 lambda _error: connection.disconnect(),
             )
-        except BaseException:
-            await self._connections.give_back(connection, reusable=False)
-            raise
-        await self._connections.give_back(connection, reusable=True)
-        return replies
+        finally:
+            await pool.release(connection)
+        return cast(list[Any], replies)
 
     async def close(self) -> None:
         """Wait for pipelines in flight (their callers get their outcome)."""
         if self._flushers:
             await asyncio.gather(*self._flushers, return_exceptions=True)
-        if self._alone:
-            await asyncio.wait(set(self._alone))
 
 
 def _pack(*args: str | int) -> bytes:

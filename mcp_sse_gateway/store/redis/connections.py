@@ -2,10 +2,8 @@
 
 **At most 9 connections per process whatever the number of waiting clients**
 (:data:`MAX_CONNECTIONS_PER_PROCESS`): a blocking pool of :data:`COMMAND_CONNECTIONS` (8) for
-commands (a burst queues for a connection in :mod:`~mcp_sse_gateway.store.redis.calls`; one
-of them may be kept by the pipelines between round trips,
-:class:`~mcp_sse_gateway.store.redis.batches.KeptConnections`) plus the one connection of the
-wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`). In
+commands (a burst queues for a connection in :mod:`~mcp_sse_gateway.store.redis.calls`) plus the
+one connection of the wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`). In
 Redis Cluster the bound is **per node** (:data:`MAX_CLUSTER_CONNECTIONS_PER_NODE`): 8 command
 connections per node, at most 8 commands in flight across the cluster, plus the subscriber's
 one connection on the node it listens on (:mod:`~mcp_sse_gateway.store.redis.cluster`).

@@ -44,7 +44,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEOUT_S, StoreSettings
 from mcp_sse_gateway.store.base import StoreObserver
-from mcp_sse_gateway.store.redis.batches import KEPT_CONNECTIONS, Batches
+from mcp_sse_gateway.store.redis.batches import Batches
 from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
 from mcp_sse_gateway.store.redis.connections import (
@@ -77,8 +77,7 @@ WATCH_MARGIN_S = 1.0
 def _permits(client: Redis | RedisCluster, *, shares_subscriber: bool) -> int:
     """Calls in flight at most: the command connections.
 
-    One fewer when the subscriber takes a connection of the same pool (and the store lets one
-    fewer again be in flight when its pipelines keep a connection; see ``__init__``).
+    One fewer when the subscriber takes a connection of the same pool.
     """
     pool = getattr(client, "connection_pool", None)
     size = int(getattr(pool, "max_connections", COMMAND_CONNECTIONS) or COMMAND_CONNECTIONS)
@@ -161,14 +160,8 @@ class RedisStore(SessionStore):
         idle_ms = ms(session_idle_ttl_s)
         self._close_clients = close_clients
         observer = observer or StoreObserver()
-        permits = _permits(client, shares_subscriber=subscriber is client)
-        # Pipelines keep a connection between round trips (batches.KeptConnections): one call
-        # fewer in flight, so that calls never wait for a connection that is kept idle.
-        kept = 0
-        if not isinstance(client, RedisCluster) and permits > KEPT_CONNECTIONS + 1:
-            kept = KEPT_CONNECTIONS
         calls = Calls(
-            permits - kept,
+            _permits(client, shares_subscriber=subscriber is client),
             url_for_logs,
             stall_timeout_s=stall_timeout_s,
             max_queued_calls=max_queued_calls,
@@ -195,7 +188,7 @@ class RedisStore(SessionStore):
             session_cache_s=_session_cache_s(session_idle_ttl_s),
         )
         if not isinstance(client, RedisCluster):
-            self._batches = Batches(client, self._scripts, self._calls, kept_connections=kept)
+            self._batches = Batches(client, self._scripts, self._calls)
             self._replays = Replays(client, self._scripts, self._calls)
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
