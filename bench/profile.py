@@ -110,7 +110,9 @@ async def _profile(args: argparse.Namespace, spy: str) -> int:
                     return 2
                 await _load(running.url, min(args.streams, 10), 1.0, 0, 99)  # warm up
                 record = [spy, "record", "--pid", str(running.pids[0]), "--rate", "200"]
-                record += ["--duration", str(int(args.seconds)), "--nonblocking"]
+                record += ["--duration", str(int(args.seconds))]
+                if not args.blocking:
+                    record.append("--nonblocking")
                 load = asyncio.ensure_future(
                     _load(running.url, args.streams, args.seconds, args.interval_ms, args.count)
                 )
@@ -152,6 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--example", action="store_true", help="the SDK example server as the upstream"
+    )
+    parser.add_argument(
+        "--blocking",
+        action="store_true",
+        help="pause the process for each sample: exact stacks, at some cost to its speed "
+        "(the default samples without pausing, and a stack may come out mixed)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)

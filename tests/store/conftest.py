@@ -106,7 +106,9 @@ class Backend:
             )
             client.set_retry(command_retry())  # as from_url's: one repeat on a dropped connection
             self.clients.append(client)
-            store = RedisStore(client, **bounds)
+            # No lane: fakeredis answers without yielding, so every append would go alone and
+            # none would share a pipeline (the lane is tested on a real Redis).
+            store = RedisStore(client, lane=False, **bounds)
         else:
             assert self.url is not None
             store = RedisStore.from_url(self.url, cluster=self.name == "cluster", **bounds)

@@ -4,6 +4,7 @@ the queue's bounds and the stall timeout hold as they did for calls sent one by 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -324,3 +325,106 @@ async def test_callers_that_leave_mid_call_cost_no_new_connections(redis_url):
         await store.close()
         await admin.aclose()
     assert after - before <= 2, after - before
+
+
+async def _lane_connected(store, session: str, life: str) -> Any:
+    """Append once (a lone append wants the lane, which then connects in the background) and
+    wait until the lane is up; returns it."""
+    await store.append(session, life, "first", None)
+    lane = store._batches.lane
+    await eventually(lambda: lane.connects >= 1)
+    return lane
+
+
+@pytest.mark.redis
+async def test_a_paced_streams_appends_and_finish_go_alone_on_the_lane(redis_url):
+    store = RedisStore.from_url(redis_url)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        before = store._batches.alone
+        offsets = [await store.append(session, life, f"e{n}", None) for n in range(2, 22)]
+        await store.finish(session, life)
+        alone = store._batches.alone - before
+        read = await store.read(session, life, 0, 100)
+    finally:
+        await store.close()
+    assert offsets == list(range(2, 22))
+    assert alone == 21  # the 20 appends and the finish: none waited for a flusher task
+    assert [e.data for e in read.events] == ["first"] + [f"e{n}" for n in range(2, 22)]
+    assert read.finished
+    assert lane.connects == 1
+
+
+@pytest.mark.redis
+async def test_an_append_on_a_lane_redis_closed_is_stored_once_and_the_lane_comes_back(redis_url):
+    # CLIENT KILL closes the lane's connection (and the pool's) while idle, as a Redis restart
+    # or an idle timeout would: the append finds out on it, goes to a pipeline, is stored once.
+    store = RedisStore.from_url(redis_url)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        assert await admin.client_kill_filter(_type="normal", skipme=True) >= 1
+        assert await store.append(session, life, "b", None) == 2
+        assert await store.append(session, life, "c", None) == 3  # wants the lane again
+        await eventually(lambda: lane.connects == 2)
+        before = store._batches.alone
+        assert await store.append(session, life, "d", None) == 4
+        alone = store._batches.alone - before
+        read = await store.read(session, life, 0, 10)
+    finally:
+        await store.close()
+        await admin.aclose()
+    assert [e.data for e in read.events] == ["first", "b", "c", "d"]
+    assert alone == 1
+    assert store._calls.healthy
+
+
+@pytest.mark.redis
+async def test_a_lone_call_cancelled_mid_call_leaves_no_reply_on_the_lane(redis_url):
+    # A pump stopped with its append in flight: the lane's connection has a reply unread, so
+    # it is dropped (and made anew), never read by the next call as its own reply.
+    store = RedisStore.from_url(redis_url)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        before = store._batches.alone
+        call = asyncio.ensure_future(store.append(session, life, "cut", None))
+        await eventually(lambda: store._batches.alone > before, poll_s=0)
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        assert call.cancelled()
+        stored = len((await store.read(session, life, 0, 10)).events)  # "cut" stored or not
+        nxt = await store.append(session, life, "next", None)
+        await eventually(lambda: lane.connects == 2)
+        last = await store.append(session, life, "last", None)
+        read = await store.read(session, life, 0, 10)
+    finally:
+        await store.close()
+    assert (nxt, last) == (stored + 1, stored + 2)
+    assert [e.data for e in read.events][-2:] == ["next", "last"]
+
+
+@pytest.mark.redis
+async def test_a_lone_call_cut_by_the_stall_timeout_is_unavailable_and_drops_the_lane(redis_url):
+    store = RedisStore.from_url(redis_url, stall_timeout_s=0.3)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        before = store._batches.alone
+        await admin.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+        with pytest.raises(StoreUnavailable):
+            await store.append(session, life, "late", None)
+        assert store._batches.alone == before + 1
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        stored = len((await store.read(session, life, 0, 10)).events)  # "late" stored or not
+        after = await store.append(session, life, "next", None)  # the store is back
+        again = await store.append(session, life, "again", None)  # wants the lane again
+        await eventually(lambda: lane.connects == 2)
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await store.close()
+        await admin.aclose()
+    assert (after, again) == (stored + 1, stored + 2)

@@ -8,19 +8,23 @@ what is queued as **one pipeline** (``EVALSHA`` after ``EVALSHA``, one write, th
 order), under **one permit** of the store's queue
 (:mod:`~mcp_sse_gateway.store.redis.calls`):
 
-* a call is queued, and a flusher is started unless one is already waiting for a permit;
+* a call of a pump (an append or a finish, :data:`LANE_OPERATIONS`) that finds nothing of its
+  kind queued or in flight, a permit free and the store's :class:`Lane` idle, is sent at once
+  from its caller's own task on the lane's connection (the common case of a paced stream: no
+  task is started for it and no connection taken from the pool, one loop turn less);
+* otherwise a call is queued, and a flusher is started unless one is already waiting for a
+  permit;
 * the flusher, once it holds its permit, takes what is queued then (at most
   :data:`MAX_BATCH` calls; the rest wait for the next flusher) and sends it;
 * while its pipeline is in flight, new calls queue for the next flusher, which takes another
   permit; at most :data:`MAX_IN_FLIGHT` pipelines are in flight at once, and the calls queued
   meanwhile go together in the next one.
 
-A lone call costs one event-loop turn more than a direct one; under load, every call queued
-during a round trip shares the next one. A pipeline is written on one pooled connection as
-hiredis packs it and its replies read one by one (:func:`_exchange`), without a redis-py
-pipeline object, whose machinery cost about as much CPU as the round trip itself. Each call is
-still one atomic script of one session; a pipeline is not a transaction, so the calls apply
-independently and in order.
+Under load, every call queued during a round trip shares the next one. A pipeline is written on
+one pooled connection as hiredis packs it and its replies read one by one (:func:`_exchange`),
+without a redis-py pipeline object, whose machinery cost about as much CPU as the round trip
+itself. Each call is still one atomic script of one session; a pipeline is not a transaction,
+so the calls apply independently and in order.
 
 Outcomes, per call, as a direct call would have them: the script's reply, or
 :class:`~mcp_sse_gateway.errors.StoreUnavailable` (Redis down or stalled: every call of the
@@ -55,6 +59,121 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024
 #: Pipelines of one kind in flight at once: one being run by Redis while the replies of the
 #: other are read; more would only make the batches smaller (Redis runs scripts one at a time).
 MAX_IN_FLIGHT = 2
+#: Operations whose lone call may take the lane. Their callers are the pumps, tasks of the app
+#: cancelled only when it stops: a call cut short leaves its connection with a reply unread, so
+#: the lane then drops it and connects again; the calls of request handlers and client
+#: connections, cancelled whenever a client goes away, keep the flusher, which finishes a call
+#: whose caller left.
+LANE_OPERATIONS = frozenset({"append", "finish"})
+#: After the lane failed to connect, it tries again this much later at the earliest, seconds.
+LANE_RETRY_S = 1.0
+
+
+class LaneBroken(Exception):
+    """The lane's connection broke before its call was answered: the call goes to a pipeline."""
+
+
+class Lane:
+    """One connection of the store's own, outside the pool, for lone calls of paced streams.
+
+    redis-py's pool takes a lock, records observability counters and checks the connection on
+    every ``get_connection`` and ``release``; with the flusher task, a paced stream's lone
+    append paid about as much CPU for them as for its round trip. The lane is one connection
+    used by one call at a time, as it is.
+
+    It is connected in the background (never by a caller, so connecting never counts toward a
+    call's stall timeout): first when a call wants it, again as soon as it was dropped, and after
+    a failure to connect, :data:`LANE_RETRY_S` later at the earliest. A call that finds it busy,
+    not connected or closed goes to a pipeline. A call whose use of it failed in any way (the
+    stall timeout, a cancellation, a connection Redis closed) drops it, so no reply is ever left
+    unread on it.
+    It adds one client connection to Redis.
+
+    Args:
+        client: the command client; the lane's connection has its pool's options (address,
+            credentials, TLS, client name).
+        stall_timeout_s: bound on connecting, seconds.
+    """
+
+    def __init__(self, client: Redis, stall_timeout_s: float) -> None:
+        self._pool = client.connection_pool
+        self._stall_s = stall_timeout_s
+        self._connection: AbstractConnection | None = None
+        self._busy = False
+        self._connecting: asyncio.Task[None] | None = None
+        self._retry_at = float("-inf")
+        self._closed = False
+        #: Closes under way (a reference keeps each task alive until it is done).
+        self._closing: set[asyncio.Task[None]] = set()
+        #: Connections made so far (for tests).
+        self.connects = 0
+
+    def take(self) -> AbstractConnection | None:
+        """The lane's connection, now the caller's, if it is connected and idle; else None.
+
+        With no connection, one is made in the background for later calls.
+        """
+        connection = self._connection
+        if connection is None or not connection.is_connected:
+            self._connection = None
+            self._connect_soon()
+            return None
+        if self._busy:
+            return None
+        self._busy = True
+        return connection
+
+    def give_back(self, connection: AbstractConnection, *, reusable: bool) -> None:
+        """End the caller's use of *connection*; unless *reusable*, it is dropped (closed)."""
+        self._busy = False
+        if reusable and not self._closed:
+            return
+        if self._connection is connection:
+            self._connection = None
+        self._close_soon(connection)
+        self._connect_soon()  # a new one, for the next lone call
+
+    def _connect_soon(self) -> None:
+        if self._closed or self._connecting is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._retry_at:
+            return
+        self._connecting = loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        connection: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        try:
+            async with asyncio.timeout(self._stall_s):
+                await connection.connect()  # type: ignore[no-untyped-call]
+        except Exception:  # noqa: BLE001 - any failure: pipelines go on, try again later
+            self._retry_at = asyncio.get_running_loop().time() + LANE_RETRY_S
+            self._close_soon(connection)
+            return
+        finally:
+            self._connecting = None
+        self.connects += 1
+        if self._closed:
+            self._close_soon(connection)
+        else:
+            self._connection = connection
+
+    def _close_soon(self, connection: AbstractConnection) -> None:
+        """Close *connection* without waiting for it."""
+        task = asyncio.get_running_loop().create_task(connection.disconnect())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        """Close the connection (a call using it now drops it when done). Idempotent."""
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        connection, self._connection = self._connection, None
+        if connection is not None and not self._busy:
+            await connection.disconnect()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 @dataclass(slots=True)
@@ -81,9 +200,13 @@ class Batches:
             calls waiting in batches too.
     """
 
-    def __init__(self, client: Redis, scripts: Scripts, calls: Calls) -> None:
+    def __init__(
+        self, client: Redis, scripts: Scripts, calls: Calls, *, lane: Lane | None = None
+    ) -> None:
         self._client, self._scripts, self._calls = client, scripts, calls
         self._batches: dict[tuple[str, int], ScriptBatches] = {}
+        #: The connection of lone pump calls (None: every call goes to a pipeline).
+        self.lane = lane
         # Calls waiting in batches count toward the queue's bound of new work; the flusher
         # waiting for their permit is already in the queue's own count.
         calls.also_queued = lambda: max(0, self.queued - self.flushers_waiting)
@@ -99,6 +222,7 @@ class Batches:
                 operation=operation,
                 priority=priority,
                 refuses_new=priority == NEW,
+                lane=self.lane if operation in LANE_OPERATIONS else None,
             )
         return batches
 
@@ -122,10 +246,17 @@ class Batches:
         """Calls those pipelines carried."""
         return sum(batches.calls for batches in self._batches.values())
 
+    @property
+    def alone(self) -> int:
+        """Calls sent alone on the lane (counted in :attr:`pipelines` and :attr:`calls` too)."""
+        return sum(batches.alone for batches in self._batches.values())
+
     async def close(self) -> None:
-        """Wait for every pipeline in flight."""
+        """Wait for every pipeline in flight, then close the lane."""
         for batches in list(self._batches.values()):
             await batches.close()
+        if self.lane is not None:
+            await self.lane.close()
 
 
 class ScriptBatches:
@@ -141,6 +272,7 @@ class ScriptBatches:
         refuses_new: the calls are new work: refused at once with
             :class:`~mcp_sse_gateway.errors.StoreBusy` while the store's queue is full
             (``store.max_queued_calls``, batched calls included).
+        lane: where a lone call goes from its caller's task (None: every call is queued).
     """
 
     def __init__(
@@ -152,8 +284,10 @@ class ScriptBatches:
         operation: str,
         priority: int,
         refuses_new: bool = False,
+        lane: Lane | None = None,
     ) -> None:
         self._refuses_new = refuses_new
+        self._lane = lane
         self._client = client
         self._scripts = scripts
         self._calls = calls
@@ -163,9 +297,11 @@ class ScriptBatches:
         #: A flusher has started and not yet taken the queue.
         self._flusher_waiting = False
         self._flushers: set[asyncio.Task[None]] = set()
-        #: Pipelines sent, and calls they carried (for tests and benchmarks).
+        #: Pipelines sent, calls they carried, and calls sent alone on the lane (for tests and
+        #: benchmarks; a lone call counts as a pipeline of one too).
         self.pipelines = 0
         self.calls = 0
+        self.alone = 0
 
     async def run(
         self,
@@ -193,9 +329,39 @@ class ScriptBatches:
         if weight is None:
             weight = sum(len(arg) for arg in args if isinstance(arg, str))
         call = _Call(name, keys, extra_keys, args, refresh, future, loop.time(), weight)
+        lane = self._lane
+        if lane is not None and not self._queued and not self._flushers:
+            calls = self._calls
+            if calls.permit_free and calls.healthy and not calls.closed:
+                connection = lane.take()
+                if connection is not None:
+                    return await self._run_alone(call, lane, connection)
         self._queued.append(call)
         self._start_flusher()
         return await future
+
+    async def _run_alone(self, call: _Call, lane: Lane, connection: AbstractConnection) -> Any:
+        """Send *call* alone on the *lane*'s *connection*, from the caller's task; its outcome.
+
+        As a pipeline of one: the same permit, stall timeout and outcomes. A connection that
+        broke (Redis closed it while idle, or restarted) sends the call to a pipeline instead,
+        which repeats it on a pooled connection (scripts are safe to repeat).
+        """
+        reusable = False
+        self.alone += 1
+        try:
+            async with self._calls.call(self._operation, self._priority, admitted=True) as held:
+                held.refused = not await self._send([call], connection)
+            reusable = True
+        except LaneBroken:
+            self._queued.append(call)
+            self._start_flusher()
+        except Exception as exc:  # noqa: BLE001 - every failure is the call's outcome, as in _flush
+            if not call.future.done():
+                call.future.set_exception(_failure(exc))
+        finally:
+            lane.give_back(connection, reusable=reusable)
+        return await call.future
 
     @property
     def queued(self) -> list[_Call]:
@@ -254,12 +420,19 @@ class ScriptBatches:
                     call.future.set_exception(_failure(exc))
             if not isinstance(exc, Exception):
                 raise
+        finally:
+            # Out of flight now, not only once the task's callbacks ran: a caller woken by this
+            # pipeline may send its next call alone at once.
+            self._flushers.discard(asyncio.current_task())  # type: ignore[arg-type, unused-ignore]
 
-    async def _send(self, batch: list[_Call]) -> bool:
-        """Send *batch* and settle its callers; False when Redis refused every call."""
+    async def _send(self, batch: list[_Call], lane: AbstractConnection | None = None) -> bool:
+        """Send *batch* and settle its callers; False when Redis refused every call.
+
+        On the *lane*'s connection if given (see :meth:`_pipeline`), else on a pooled one.
+        """
         self.pipelines += 1
         self.calls += len(batch)
-        replies = await self._pipeline(batch)
+        replies = await self._pipeline(batch, lane)
         no_script = redis_errors.NoScriptError
         unknown = [i for i, reply in enumerate(replies) if isinstance(reply, no_script)]
         if unknown:
@@ -267,7 +440,7 @@ class ScriptBatches:
             # once, then send them again, together.
             for name in dict.fromkeys(batch[i].name for i in unknown):
                 await self._scripts.load(name)
-            again = await self._pipeline([batch[i] for i in unknown])
+            again = await self._pipeline([batch[i] for i in unknown], lane)
             for i, reply in zip(unknown, again, strict=True):
                 replies[i] = reply
         answered = False
@@ -285,8 +458,13 @@ class ScriptBatches:
                 call.future.set_result(reply)
         return answered
 
-    async def _pipeline(self, calls: list[_Call]) -> list[Any]:
+    async def _pipeline(
+        self, calls: list[_Call], lane: AbstractConnection | None = None
+    ) -> list[Any]:
         """Send *calls* as one pipeline; their replies in order (error replies as values).
+
+        On the *lane*'s connection if given, without a repeat: a ``ConnectionError`` there
+        raises :class:`LaneBroken` (the caller sends the calls again in a pipeline).
 
         On one connection of the client's pool, written at once and read reply by reply, as
         redis-py's own pipeline does, and repeated on a new connection after a
@@ -304,6 +482,11 @@ class ScriptBatches:
             )
             for call in calls
         ]
+        if lane is not None:
+            try:
+                return await _exchange(lane, packed)
+            except redis_errors.ConnectionError as exc:
+                raise LaneBroken from exc
         pool = self._client.connection_pool
         connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:

@@ -134,6 +134,11 @@ class Calls:
         return self._queued
 
     @property
+    def permit_free(self) -> bool:
+        """A call would get its permit at once (nobody waits for one)."""
+        return self._free > 0
+
+    @property
     def in_flight(self) -> int:
         """Calls holding a permit now."""
         return self._in_flight

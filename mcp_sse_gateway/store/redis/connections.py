@@ -1,9 +1,10 @@
 """Connections of the Redis event store: budgets, timeouts, repeats, and outages (DESIGN D7).
 
-**At most 9 connections per process whatever the number of waiting clients**
+**At most 10 connections per process whatever the number of waiting clients**
 (:data:`MAX_CONNECTIONS_PER_PROCESS`): a blocking pool of :data:`COMMAND_CONNECTIONS` (8) for
-commands (a burst queues for a connection in :mod:`~mcp_sse_gateway.store.redis.calls`) plus the
-one connection of the wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`). In
+commands (a burst queues for a connection in :mod:`~mcp_sse_gateway.store.redis.calls`), the
+one connection of the wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`), and the
+lane of paced streams' lone appends (:class:`~mcp_sse_gateway.store.redis.batches.Lane`). In
 Redis Cluster the bound is **per node** (:data:`MAX_CLUSTER_CONNECTIONS_PER_NODE`): 8 command
 connections per node, at most 8 commands in flight across the cluster, plus the subscriber's
 one connection on the node it listens on (:mod:`~mcp_sse_gateway.store.redis.cluster`).
@@ -50,8 +51,10 @@ from mcp_sse_gateway.store.redis.wakeups import (
 COMMAND_CONNECTIONS = 8
 #: The Pub/Sub connection of the wake-up subscriber.
 SUBSCRIBER_CONNECTIONS = 1
+#: The connection of paced streams' lone appends (not in Redis Cluster).
+LANE_CONNECTIONS = 1
 #: The most connections one store opens to Redis, whatever the number of waiting clients.
-MAX_CONNECTIONS_PER_PROCESS = COMMAND_CONNECTIONS + SUBSCRIBER_CONNECTIONS
+MAX_CONNECTIONS_PER_PROCESS = COMMAND_CONNECTIONS + SUBSCRIBER_CONNECTIONS + LANE_CONNECTIONS
 #: Redis Cluster: command connections per node (each node's pool), and the bound on commands in
 #: flight across the cluster, so that a burst queues instead of exhausting a node's pool.
 CLUSTER_COMMAND_CONNECTIONS_PER_NODE = COMMAND_CONNECTIONS

@@ -44,7 +44,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEOUT_S, StoreSettings
 from mcp_sse_gateway.store.base import StoreObserver
-from mcp_sse_gateway.store.redis.batches import Batches
+from mcp_sse_gateway.store.redis.batches import Batches, Lane
 from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
 from mcp_sse_gateway.store.redis.connections import (
@@ -123,6 +123,10 @@ class RedisStore(SessionStore):
         observer: told each call's queue wait and round trip (metrics).
         close_clients: :meth:`close` also closes the clients (true when the store built them).
         url_for_logs: where Redis is, for log lines; must already be redacted.
+        lane: a paced stream's lone appends and finishes go on a connection of their own, from
+            the pump's task (:class:`~mcp_sse_gateway.store.redis.batches.Lane`; one more
+            client connection). False sends every call in a pipeline; so should an in-process
+            fake Redis, which answers without yielding, so every call would go alone.
 
     Every method is safe to cancel: each change is one script, applied entirely or not at all,
     and a cancelled :meth:`wait` leaves nothing registered. Every method may raise
@@ -147,6 +151,7 @@ class RedisStore(SessionStore):
         observer: StoreObserver | None = None,
         close_clients: bool = False,
         url_for_logs: str = "",
+        lane: bool = True,
     ) -> None:
         subscriber: Redis | ClusterSubscriber
         if pubsub_client is not None:
@@ -188,7 +193,12 @@ class RedisStore(SessionStore):
             session_cache_s=_session_cache_s(session_idle_ttl_s),
         )
         if not isinstance(client, RedisCluster):
-            self._batches = Batches(client, self._scripts, self._calls)
+            self._batches = Batches(
+                client,
+                self._scripts,
+                self._calls,
+                lane=Lane(client, stall_timeout_s) if lane else None,
+            )
             self._replays = Replays(client, self._scripts, self._calls)
         self._wakeups = Wakeups(self._clients.subscriber, wake_channel(key_prefix), url_for_logs)
         self._liveness = Liveness(
