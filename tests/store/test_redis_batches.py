@@ -14,6 +14,7 @@ from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable, UnknownStream
 from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.redis import READ_MAX_BYTES, RedisStore
 from mcp_sse_gateway.store.redis.calls import LIVENESS
+from mcp_sse_gateway.store.redis.connections import CLIENT_NAME
 from mcp_sse_gateway.store.redis.keys import SessionKeys
 from tests.support.waiting import DEADLINE_S, eventually
 
@@ -428,3 +429,59 @@ async def test_a_lone_call_cut_by_the_stall_timeout_is_unavailable_and_drops_the
         await store.close()
         await admin.aclose()
     assert (after, again) == (stored + 1, stored + 2)
+
+
+@pytest.mark.redis
+async def test_closing_the_store_waits_for_a_lone_call_in_flight_and_leaves_no_connection(
+    redis_url,
+):
+    store = RedisStore.from_url(redis_url, stall_timeout_s=3.0)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        await _lane_connected(store, session, life)
+        await admin.execute_command("CLIENT", "PAUSE", 500, "WRITE")
+        before = store._batches.alone
+        call = asyncio.ensure_future(store.append(session, life, "in flight", None))
+        await eventually(lambda: store._calls.in_flight == 1)
+        assert store._batches.alone == before + 1  # it went on the lane
+        await store.close()
+        done_at_close = call.done()
+        left = [c for c in await admin.client_list() if c.get("name") == CLIENT_NAME]
+        outcome = (await asyncio.gather(call, return_exceptions=True))[0]
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await store.close()
+        await admin.aclose()
+    assert done_at_close
+    assert outcome == 2
+    assert left == []
+
+
+@pytest.mark.redis
+async def test_a_lane_redis_closed_for_idleness_is_replaced_not_tried(redis_url):
+    # Redis's idle `timeout` closes the lane between two events of a slow stream: the next
+    # append sees it closed before using it (a pipeline sends it) and a new lane is made.
+    store = RedisStore.from_url(redis_url)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        idle = lane._connection
+        await admin.config_set("timeout", 1)
+        try:
+            await eventually(idle._reader.at_eof, timeout_s=DEADLINE_S)
+        finally:
+            await admin.config_set("timeout", 0)
+        before = store._batches.alone
+        assert await store.append(session, life, "b", None) == 2
+        tried = store._batches.alone - before
+        await eventually(lambda: lane.connects == 2)
+        assert await store.append(session, life, "c", None) == 3
+        alone = store._batches.alone - before
+        read = await store.read(session, life, 0, 10)
+    finally:
+        await store.close()
+        await admin.aclose()
+    assert (tried, alone) == (0, 1)
+    assert [e.data for e in read.events] == ["first", "b", "c"]

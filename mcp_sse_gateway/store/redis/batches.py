@@ -99,7 +99,9 @@ class Lane:
         self._pool = client.connection_pool
         self._stall_s = stall_timeout_s
         self._connection: AbstractConnection | None = None
-        self._busy = False
+        #: A caller holds the connection (set: none does).
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._connecting: asyncio.Task[None] | None = None
         self._retry_at = float("-inf")
         self._closed = False
@@ -111,27 +113,31 @@ class Lane:
     def take(self) -> AbstractConnection | None:
         """The lane's connection, now the caller's, if it is connected and idle; else None.
 
-        With no connection, one is made in the background for later calls.
+        With no connection, or one Redis closed while it was idle, one is made in the
+        background for later calls.
         """
+        if not self._idle.is_set():
+            return None
         connection = self._connection
-        if connection is None or not connection.is_connected:
+        if connection is None or not connection.is_connected or _closed_by_redis(connection):
+            if connection is not None:
+                self._close_soon(connection)
             self._connection = None
             self._connect_soon()
             return None
-        if self._busy:
-            return None
-        self._busy = True
+        self._idle.clear()
         return connection
 
     def give_back(self, connection: AbstractConnection, *, reusable: bool) -> None:
         """End the caller's use of *connection*; unless *reusable*, it is dropped (closed)."""
-        self._busy = False
-        if reusable and not self._closed:
+        self._idle.set()
+        if reusable and not self._closed and connection is self._connection:
             return
         if self._connection is connection:
             self._connection = None
         self._close_soon(connection)
-        self._connect_soon()  # a new one, for the next lone call
+        if self._connection is None:
+            self._connect_soon()  # a new one, for the next lone call
 
     def _connect_soon(self) -> None:
         if self._closed or self._connecting is not None:
@@ -146,14 +152,17 @@ class Lane:
         try:
             async with asyncio.timeout(self._stall_s):
                 await connection.connect()  # type: ignore[no-untyped-call]
-        except Exception:  # noqa: BLE001 - any failure: pipelines go on, try again later
+        except BaseException as exc:
+            # Any failure: pipelines go on, the lane tries again later (or never: closed).
             self._retry_at = asyncio.get_running_loop().time() + LANE_RETRY_S
             self._close_soon(connection)
+            if not isinstance(exc, Exception):
+                raise
             return
         finally:
             self._connecting = None
         self.connects += 1
-        if self._closed:
+        if self._closed or self._connection is not None:
             self._close_soon(connection)
         else:
             self._connection = connection
@@ -165,15 +174,32 @@ class Lane:
         task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        """Close the connection (a call using it now drops it when done). Idempotent."""
+        """Close the connection, once a call using it ended (within its stall timeout).
+
+        Idempotent; later calls never take the lane.
+        """
         self._closed = True
-        if self._connecting is not None:
-            self._connecting.cancel()
+        connecting = self._connecting
+        if connecting is not None:
+            connecting.cancel()
+            await asyncio.gather(connecting, return_exceptions=True)
+        await self._idle.wait()
         connection, self._connection = self._connection, None
-        if connection is not None and not self._busy:
+        if connection is not None:
             await connection.disconnect()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        if self._closing:  # nothing adds to them now
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
+
+
+def _closed_by_redis(connection: AbstractConnection) -> bool:
+    """Redis closed the idle *connection* (an idle ``timeout``, a restart): its reader saw EOF.
+
+    redis-py offers no test for it that does not read; a connection without the reader taken
+    here counts as open, and its call finds out (:class:`LaneBroken`).
+    """
+    reader = getattr(connection, "_reader", None)
+    at_eof = getattr(reader, "at_eof", None)
+    return bool(at_eof()) if callable(at_eof) else False
 
 
 @dataclass(slots=True)
@@ -484,7 +510,9 @@ class ScriptBatches:
         ]
         if lane is not None:
             try:
-                return await _exchange(lane, packed)
+                # No health check: it would reconnect inside the call (the lane connects only in
+                # the background); a connection that turns out closed is the pipelines' turn.
+                return await _exchange(lane, packed, check_health=False)
             except redis_errors.ConnectionError as exc:
                 raise LaneBroken from exc
         pool = self._client.connection_pool
@@ -511,9 +539,11 @@ def _pack(*args: str | int) -> bytes:
     return packed
 
 
-async def _exchange(connection: AbstractConnection, packed: list[bytes]) -> list[Any]:
+async def _exchange(
+    connection: AbstractConnection, packed: list[bytes], *, check_health: bool = True
+) -> list[Any]:
     """Write the *packed* commands and read their replies, error replies as values."""
-    await connection.send_packed_command(packed)
+    await connection.send_packed_command(packed, check_health=check_health)
     answers: list[Any] = []
     for _ in packed:
         try:
