@@ -24,7 +24,7 @@ payloads, session ids or credentials.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 __all__ = [
@@ -122,6 +122,9 @@ class _NoSpan:
 
 
 _NO_SPAN = _NoSpan()
+#: Shared by every span of :class:`NoTracing` (reusable and reentrant): a waiting stream keeps
+#: no context manager and generator of its own alive for the collector.
+_NO_SPAN_CONTEXT: contextlib.AbstractContextManager[Span] = contextlib.nullcontext(_NO_SPAN)
 
 
 class NoTracing:
@@ -134,7 +137,6 @@ class NoTracing:
         """False."""
         return False
 
-    @contextlib.contextmanager
     def span(
         self,
         name: str,  # noqa: ARG002
@@ -145,9 +147,9 @@ class NoTracing:
         detached: bool = False,  # noqa: ARG002
         carrier: Mapping[str, str] | None = None,  # noqa: ARG002
         start_ns: int | None = None,  # noqa: ARG002
-    ) -> Iterator[Span]:
+    ) -> contextlib.AbstractContextManager[Span]:
         """A span that records nothing."""
-        yield _NO_SPAN
+        return _NO_SPAN_CONTEXT
 
     def origin(self) -> str:
         """``""``: there is no span to link to."""

@@ -4,6 +4,8 @@ the queue's bounds and the stall timeout hold as they did for calls sent one by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,6 +30,21 @@ async def _streams(store, count: int) -> list[tuple[str, str]]:
     for session, life in pairs:
         await store.create_stream(session, life, kind="request", owner="r1")
     return pairs
+
+
+@contextlib.asynccontextmanager
+async def _real_redis(redis_url: str, **settings: Any) -> AsyncIterator[tuple[RedisStore, Any]]:
+    """A store on the real Redis and an admin client to kill, pause or reconfigure it with;
+    on the way out Redis is unpaused and both are closed."""
+    store = RedisStore.from_url(redis_url, **settings)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        yield store, admin
+    finally:
+        with contextlib.suppress(redis.RedisError):  # the test's own error stays the one told
+            await admin.execute_command("CLIENT", "UNPAUSE")
+        await store.close()
+        await admin.aclose()
 
 
 async def test_concurrent_appends_share_pipelines_and_each_gets_its_offsets(make_redis_store):
@@ -257,18 +274,13 @@ async def test_waiting_longer_than_the_stall_timeout_is_not_an_outage(make_redis
 async def test_pipelines_repeat_on_a_new_connection_after_redis_dropped_theirs(redis_url):
     # A real Redis: CLIENT KILL closes the store's pooled connections between two waves, as a
     # restart or a failover would. Each append is sent again on a new connection, stored once.
-    store = RedisStore.from_url(redis_url)
-    admin = redis.asyncio.Redis.from_url(redis_url)
-    try:
+    async with _real_redis(redis_url) as (store, admin):
         pairs = await _streams(store, 50)
         first = await asyncio.gather(*(store.append(s, life, "a", None) for s, life in pairs))
         killed = await admin.client_kill_filter(_type="normal", skipme=True)
         assert killed >= 1
         second = await asyncio.gather(*(store.append(s, life, "b", None) for s, life in pairs))
         reads = [await store.read(s, life, 0, 10) for s, life in pairs]
-    finally:
-        await store.close()
-        await admin.aclose()
     assert first == [1] * len(pairs)
     assert second == [2] * len(pairs)
     assert [[e.data for e in read.events] for read in reads] == [["a", "b"]] * len(pairs)
@@ -280,9 +292,7 @@ async def test_a_pipeline_cut_by_the_stall_timeout_leaves_no_reply_behind(redis_
     # A real Redis, frozen by CLIENT PAUSE: the pipeline's replies come after its callers gave
     # up. Its connection must not go back to the pool with them unread, or a later call would
     # read another call's reply.
-    store = RedisStore.from_url(redis_url, stall_timeout_s=0.3)
-    admin = redis.asyncio.Redis.from_url(redis_url)
-    try:
+    async with _real_redis(redis_url, stall_timeout_s=0.3) as (store, admin):
         pairs = await _streams(store, 8)
         await admin.execute_command("CLIENT", "PAUSE", 1000, "ALL")
         stalled = await asyncio.gather(
@@ -294,10 +304,6 @@ async def test_a_pipeline_cut_by_the_stall_timeout_leaves_no_reply_behind(redis_
         stored = [len((await store.read(s, life, 0, 10)).events) for s, life in pairs]
         after = await asyncio.gather(*(store.append(s, life, "next", None) for s, life in pairs))
         infos = [await store.stream_info(s, life) for s, life in pairs]
-    finally:
-        await admin.execute_command("CLIENT", "UNPAUSE")
-        await store.close()
-        await admin.aclose()
     assert after == [n + 1 for n in stored]
     assert all(info is not None for info in infos)
 
@@ -307,10 +313,8 @@ async def test_callers_that_leave_mid_call_cost_no_new_connections(redis_url):
     # A client that goes away cancels its request handler, and with it the store call in
     # flight: the call is finished by its pipeline's flusher task, so the connection is not
     # closed under it.
-    store = RedisStore.from_url(redis_url)
-    admin = redis.asyncio.Redis.from_url(redis_url)
     rounds = 100
-    try:
+    async with _real_redis(redis_url) as (store, admin):
         ((session, life),) = await _streams(store, 1)
         await store.append(session, life, "a", None)
         before = int((await admin.info("stats"))["total_connections_received"])
@@ -322,9 +326,6 @@ async def test_callers_that_leave_mid_call_cost_no_new_connections(redis_url):
             await asyncio.gather(call, return_exceptions=True)
         after = int((await admin.info("stats"))["total_connections_received"])
         assert (await store.stream_info(session, life)).last_offset == 1
-    finally:
-        await store.close()
-        await admin.aclose()
     assert after - before <= 2, after - before
 
 
@@ -361,9 +362,7 @@ async def test_a_paced_streams_appends_and_finish_go_alone_on_the_lane(redis_url
 async def test_an_append_on_a_lane_redis_closed_is_stored_once_and_the_lane_comes_back(redis_url):
     # CLIENT KILL closes the lane's connection (and the pool's) while idle, as a Redis restart
     # or an idle timeout would: the append finds out on it, goes to a pipeline, is stored once.
-    store = RedisStore.from_url(redis_url)
-    admin = redis.asyncio.Redis.from_url(redis_url)
-    try:
+    async with _real_redis(redis_url) as (store, admin):
         ((session, life),) = await _streams(store, 1)
         lane = await _lane_connected(store, session, life)
         assert await admin.client_kill_filter(_type="normal", skipme=True) >= 1
@@ -374,9 +373,6 @@ async def test_an_append_on_a_lane_redis_closed_is_stored_once_and_the_lane_come
         assert await store.append(session, life, "d", None) == 4
         alone = store._batches.alone - before
         read = await store.read(session, life, 0, 10)
-    finally:
-        await store.close()
-        await admin.aclose()
     assert [e.data for e in read.events] == ["first", "b", "c", "d"]
     assert alone == 1
     assert store._calls.healthy
@@ -409,9 +405,7 @@ async def test_a_lone_call_cancelled_mid_call_leaves_no_reply_on_the_lane(redis_
 
 @pytest.mark.redis
 async def test_a_lone_call_cut_by_the_stall_timeout_is_unavailable_and_drops_the_lane(redis_url):
-    store = RedisStore.from_url(redis_url, stall_timeout_s=0.3)
-    admin = redis.asyncio.Redis.from_url(redis_url)
-    try:
+    async with _real_redis(redis_url, stall_timeout_s=0.3) as (store, admin):
         ((session, life),) = await _streams(store, 1)
         lane = await _lane_connected(store, session, life)
         before = store._batches.alone
@@ -424,10 +418,6 @@ async def test_a_lone_call_cut_by_the_stall_timeout_is_unavailable_and_drops_the
         after = await store.append(session, life, "next", None)  # the store is back
         again = await store.append(session, life, "again", None)  # wants the lane again
         await eventually(lambda: lane.connects == 2)
-    finally:
-        await admin.execute_command("CLIENT", "UNPAUSE")
-        await store.close()
-        await admin.aclose()
     assert (after, again) == (stored + 1, stored + 2)
 
 
@@ -435,9 +425,7 @@ async def test_a_lone_call_cut_by_the_stall_timeout_is_unavailable_and_drops_the
 async def test_closing_the_store_waits_for_a_lone_call_in_flight_and_leaves_no_connection(
     redis_url,
 ):
-    store = RedisStore.from_url(redis_url, stall_timeout_s=3.0)
-    admin = redis.asyncio.Redis.from_url(redis_url)
-    try:
+    async with _real_redis(redis_url, stall_timeout_s=3.0) as (store, admin):
         ((session, life),) = await _streams(store, 1)
         await _lane_connected(store, session, life)
         await admin.execute_command("CLIENT", "PAUSE", 500, "WRITE")
@@ -449,10 +437,6 @@ async def test_closing_the_store_waits_for_a_lone_call_in_flight_and_leaves_no_c
         done_at_close = call.done()
         left = [c for c in await admin.client_list() if c.get("name") == CLIENT_NAME]
         outcome = (await asyncio.gather(call, return_exceptions=True))[0]
-    finally:
-        await admin.execute_command("CLIENT", "UNPAUSE")
-        await store.close()
-        await admin.aclose()
     assert done_at_close
     assert outcome == 2
     assert left == []
@@ -462,9 +446,7 @@ async def test_closing_the_store_waits_for_a_lone_call_in_flight_and_leaves_no_c
 async def test_a_lane_redis_closed_for_idleness_is_replaced_not_tried(redis_url):
     # Redis's idle `timeout` closes the lane between two events of a slow stream: the next
     # append sees it closed before using it (a pipeline sends it) and a new lane is made.
-    store = RedisStore.from_url(redis_url)
-    admin = redis.asyncio.Redis.from_url(redis_url)
-    try:
+    async with _real_redis(redis_url) as (store, admin):
         ((session, life),) = await _streams(store, 1)
         lane = await _lane_connected(store, session, life)
         idle = lane._connection
@@ -480,8 +462,5 @@ async def test_a_lane_redis_closed_for_idleness_is_replaced_not_tried(redis_url)
         assert await store.append(session, life, "c", None) == 3
         alone = store._batches.alone - before
         read = await store.read(session, life, 0, 10)
-    finally:
-        await store.close()
-        await admin.aclose()
     assert (tried, alone) == (0, 1)
     assert [e.data for e in read.events] == ["first", "b", "c"]

@@ -573,6 +573,28 @@ async def test_a_standalone_life_created_again_over_learnt_offsets_is_never_read
     assert served == []  # a standalone stream is the read script's only
 
 
+async def test_a_life_created_again_after_its_meta_was_lost_keeps_no_old_events(
+    make_redis_store,
+):
+    # The meta hash evicted (a maxmemory policy other than noeviction) while the stream key
+    # stayed: the standalone life created again under the same id holds its new events only,
+    # within the bound.
+    store = make_redis_store(max_events_per_stream=5)
+    admin = make_redis_store.admin()
+    keys = SessionKeys.of(PREFIX, "s")
+    life = new_life()
+    await store.create_stream("s", life, kind="standalone", owner="a", start_after=100)
+    for _ in range(5):
+        await store.append("s", life, "old", None)
+    await admin.delete(keys.meta(life))
+    await store.create_stream("s", life, kind="standalone", owner="b", start_after=200)
+    for _ in range(5):
+        await store.append("s", life, "new", None)
+    read = await store.read("s", life, 200, 100)
+    assert await admin.xlen(keys.stream(life)) == 5
+    assert [(e.offset, e.data) for e in read.events] == [(201 + i, "new") for i in range(5)]
+
+
 async def test_a_raw_read_of_a_trimmed_or_recreated_stream_is_told_its_cursor_is_gone(
     make_redis_store, monkeypatch
 ):

@@ -45,7 +45,12 @@ for i = 16, #ARGV, 2 do
     bigs[#bigs + 1] = last
   end
 end
-local cut = redis.call('XTRIM', stream, 'MAXLEN', max_events)
+-- The stream holds offsets base + 1 .. last at most: below the bound there is nothing to trim.
+local stored = last - tonumber(m[4] or '0')
+local cut = 0
+if stored > max_events then
+  cut = redis.call('XTRIM', stream, 'MAXLEN', max_events)
+end
 if redis.call('PTTL', stream) == -1 then
   -- first events of an already finished stream: they expire with its metadata
   local ms = redis.call('PTTL', meta)
@@ -58,7 +63,6 @@ if ARGV[12] == '1' then
   redis.call('HSET', meta, 'pend', ARGV[13])
 end
 local trimmed = 0
-local stored = last - tonumber(m[4] or '0')
 if stored > max_events and redis.call('HSETNX', meta, 'trimmed', '1') == 1 then
   trimmed = 1
 end

@@ -7,6 +7,11 @@
 local life = ARGV[8]
 if redis.call('EXISTS', KEYS[3]) == 1 then
   drop(life)
+else
+  -- Events of a life whose meta was lost (evicted, expired apart): a standalone life created
+  -- again under the same id must not count them, nor the append's bound (it trims only past
+  -- last - base).
+  redis.call('DEL', KEYS[4], big_of(KEYS[3]))
 end
 -- The list holds every live stream, and lives that expired since (cleaned when found): only a
 -- session whose list reached the bound is looked at stream by stream (O(1) below it).
