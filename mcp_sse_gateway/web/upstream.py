@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Self
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
@@ -100,7 +102,8 @@ class HttpResponse:
         Raises:
             UpstreamBroken: reset, truncated chunked body, malformed encoding, read timeout.
         """
-        return _Body(self._response.content)
+        response = self._response
+        return _Body(response.content, _watch(response))
 
     def close(self) -> None:
         """Close the connection now."""
@@ -125,22 +128,87 @@ class _Body:
     read pending, and this one keeps two fewer objects alive for the collector to walk.
     """
 
-    __slots__ = ("_content",)
+    __slots__ = ("_content", "_watch")
 
-    def __init__(self, content: aiohttp.StreamReader) -> None:
+    def __init__(self, content: aiohttp.StreamReader, watch: _ConnectionWatch | None) -> None:
         self._content = content
+        self._watch = watch
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> bytes:
+        content = self._content
         try:
-            chunk = await self._content.readany()
+            chunk = await content.readany()
         except _BODY_ERRORS as exc:
+            self._ended()
             raise UpstreamBroken("the upstream's response body broke off") from exc
         if not chunk:
+            self._ended()
             raise StopAsyncIteration
         return chunk
+
+    def _ended(self) -> None:
+        watch = self._watch
+        if watch is not None and watch.body is self._content:
+            watch.body = None
+
+
+class _ConnectionWatch:
+    """Ends the body in flight on one upstream connection when the connection closes under it.
+
+    aiohttp's C parser, on a malformed chunk-size line, closes the connection without ending
+    the body it was reading (aiohttp 3.14: no EOF, no exception): a read would wait forever,
+    and a tool call's stream with it. One watch per connection, one callback on its
+    ``closed`` future; the body it guards is swapped per response.
+    """
+
+    __slots__ = ("__weakref__", "body")
+
+    def __init__(self) -> None:
+        self.body: aiohttp.StreamReader | None = None
+
+    def closed(self, future: asyncio.Future[None]) -> None:
+        if not future.cancelled():
+            future.exception()  # retrieved here, or asyncio would log it as never retrieved
+        body, self.body = self.body, None
+        if body is not None:
+            _break(body)
+
+
+#: The watch of each upstream connection in use (weak: it goes with its connection).
+_WATCHES: weakref.WeakKeyDictionary[ResponseHandler, _ConnectionWatch] = weakref.WeakKeyDictionary()
+
+
+def _watch(response: aiohttp.ClientResponse) -> _ConnectionWatch | None:
+    """The watch of *response*'s connection, now guarding its body.
+
+    None when the body holds all it will get (the connection already given back) or the
+    connection is already closed (then the body is ended here if it was not).
+    """
+    connection = response.connection
+    protocol = connection.protocol if connection is not None else None
+    if protocol is None:
+        return None
+    closed = protocol.closed
+    if closed is None:  # lost before anyone asked
+        _break(response.content)
+        return None
+    watch = _WATCHES.get(protocol)
+    if watch is None:
+        watch = _WATCHES[protocol] = _ConnectionWatch()
+        closed.add_done_callback(watch.closed)
+    watch.body = response.content
+    return watch
+
+
+def _break(body: aiohttp.StreamReader) -> None:
+    """End *body* with an error if it has neither ended nor failed."""
+    if not body.is_eof() and body.exception() is None:
+        body.set_exception(
+            aiohttp.ClientPayloadError("the connection closed before the body ended")
+        )
 
 
 class HttpUpstream:

@@ -109,6 +109,32 @@ async def test_a_reset_mid_event(upstream, gateway, http):
     assert _is_gateway_error(messages[-1])
 
 
+async def test_a_malformed_chunk_size_mid_stream(upstream, gateway, http):
+    # aiohttp's C parser fails on the bad chunk-size line and closes the connection without
+    # ending the body it was reading: the gateway must see the body broken, not wait forever.
+    relayed = asyncio.Event()
+
+    async def write(response: web.StreamResponse) -> None:
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await asyncio.wait_for(relayed.wait(), DEADLINE_S)  # the body is being read
+        request_transport = response._req.transport  # type: ignore[union-attr]
+        request_transport.write(b"zz\r\nnot a chunk\r\n")  # not hex: no chunk-size
+        await eventually(request_transport.is_closing, timeout_s=DEADLINE_S)
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = _stream(write)
+        hostile = await http.post(gw.mcp_url, json=_call(7), headers=_headers())
+        first, _ = await read_events(hostile, until=2)  # the priming event and the notification
+        relayed.set()
+        rest, ended = await read_events(hostile, timeout_s=DEADLINE_S)
+        assert ended
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0, timeout_s=DEADLINE_S)
+    messages = _check_wire(first + rest)
+    assert messages[0] == _notification(0)
+    assert _is_gateway_error(messages[-1])
+
+
 async def test_an_event_of_50_mb_ends_the_call_with_an_error(upstream, gateway, http):
     async def write(response: web.StreamResponse) -> None:
         chunk = b"x" * (1024 * 1024)
