@@ -28,8 +28,16 @@ from mcp_sse_gateway.errors import (
     UpstreamTimeout,
 )
 
-#: What reading a response body may raise besides cancellation: all of it means "broken".
-_BODY_ERRORS = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError, ValueError)
+#: What reading a response body may raise besides cancellation: all of it means "broken"
+#: (aiohttp's reader raises RuntimeError when its connection closed before the body ended).
+_BODY_ERRORS = (
+    aiohttp.ClientError,
+    HttpProcessingError,
+    OSError,
+    TimeoutError,
+    ValueError,
+    RuntimeError,
+)
 
 
 def make_client_session(
@@ -67,10 +75,11 @@ def make_client_session(
 class HttpResponse:
     """An :class:`~mcp_sse_gateway.streams.upstream.UpstreamResponse` over aiohttp's."""
 
-    __slots__ = ("_response",)
+    __slots__ = ("_response", "_watch")
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
+        self._watch: _ConnectionWatch | None = None
 
     @property
     def status(self) -> int:
@@ -103,10 +112,12 @@ class HttpResponse:
             UpstreamBroken: reset, truncated chunked body, malformed encoding, read timeout.
         """
         response = self._response
-        return _Body(response.content, _watch(response))
+        watch = self._watch = _watch(response)
+        return _Body(response.content, watch)
 
     def close(self) -> None:
         """Close the connection now."""
+        self._unwatch()
         self._response.close()
 
     async def __aenter__(self) -> Self:
@@ -118,7 +129,14 @@ class HttpResponse:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._unwatch()
         await self._response.__aexit__(exc_type, exc, tb)
+
+    def _unwatch(self) -> None:
+        # A body left unread keeps no buffer alive on a pooled connection's watch.
+        watch = self._watch
+        if watch is not None and watch.body is self._response.content:
+            watch.body = None
 
 
 class _Body:

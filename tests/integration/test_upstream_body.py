@@ -146,3 +146,34 @@ async def test_a_truncated_chunked_body_is_broken():
     async with _server(answer) as url, _upstream() as upstream:
         with pytest.raises(UpstreamBroken):
             await asyncio.wait_for(_body(upstream, url), DEADLINE_S)
+
+
+async def test_a_body_left_unread_is_not_kept_by_its_connections_watch():
+    go: asyncio.Queue[None] = asyncio.Queue()
+
+    async def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + b"Content-Length: 100002\r\n\r\nhe")
+        await writer.drain()
+        await asyncio.wait_for(go.get(), DEADLINE_S)
+        writer.write(b"x" * 100_000)
+        await writer.drain()
+
+    before = set(web_upstream._WATCHES.values())
+    async with _server(answer) as url, _upstream() as upstream:
+        async with await upstream.open("POST", url, [], b"{}") as response:
+            assert await anext(response.chunks()) == b"he"
+            go.put_nowait(None)
+            await asyncio.wait_for(response._response.content.wait_eof(), DEADLINE_S)
+        # The caller stopped before the end: its connection went back to the pool, the body
+        # with its 100 kB unread is no longer held.
+        added = [w for w in web_upstream._WATCHES.values() if w not in before]
+        assert [w.body for w in added] == [None]
+
+
+async def test_a_read_refused_for_a_closed_connection_is_a_broken_body():
+    class Closed:
+        async def readany(self) -> bytes:
+            raise RuntimeError("Connection closed.")  # aiohttp's, before the body ended
+
+    with pytest.raises(UpstreamBroken):
+        await anext(web_upstream._Body(Closed(), None))  # type: ignore[arg-type]
