@@ -156,18 +156,26 @@ def _demo_runner() -> Any:
 
 
 def _healthcheck(settings: Settings, *, ready: bool = False) -> int:
-    """Probe the configured gateway's ``/healthz`` (``/readyz`` with *ready*): 0 on 200, else 1."""
+    """Probe the configured gateway's ``/healthz`` (``/readyz`` with *ready*): 0 on 200, else 1.
+
+    A failure is told on stderr in one line: the URL probed and the status or the error.
+    """
     host = settings.server.host
     if host in ("0.0.0.0", "::", ""):  # noqa: S104 - probing, not binding
         host = "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{settings.server.port}/{'readyz' if ready else 'healthz'}"
     try:
-        with urllib.request.urlopen(
-            f"http://{host}:{settings.server.port}/{'readyz' if ready else 'healthz'}", timeout=5
-        ) as response:
-            return 0 if response.status == HTTPStatus.OK else 1
-    except (OSError, urllib.error.URLError):
-        return 1
+        with urllib.request.urlopen(url, timeout=5) as response:
+            if response.status == HTTPStatus.OK:
+                return 0
+            why = f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        why = f"HTTP {exc.code}"
+    except (OSError, urllib.error.URLError) as exc:
+        why = str(getattr(exc, "reason", exc))
+    print(f"healthcheck: {url}: {why}", file=sys.stderr)
+    return 1
 
 
 async def _serve(settings: Settings, tracing: Tracing = NO_TRACING) -> int:

@@ -445,7 +445,7 @@ async def test_upstream_closing_before_headers_gives_502(gateway, http):
         await server.wait_closed()
 
 
-async def test_healthcheck_probes_liveness_and_ready_probes_readiness(upstream, gateway):
+async def test_healthcheck_probes_liveness_and_ready_probes_readiness(upstream, gateway, capsys):
     """A container health check (``healthcheck``) must pass while the gateway drains."""
     import asyncio
 
@@ -458,9 +458,14 @@ async def test_healthcheck_probes_liveness_and_ready_probes_readiness(upstream, 
         assert await asyncio.to_thread(main, ["healthcheck", "--ready", *port]) == 0
         gw.app[STATE].draining = True  # what SIGTERM sets first
         assert await asyncio.to_thread(main, ["healthcheck", *port]) == 0
+        capsys.readouterr()
         assert await asyncio.to_thread(main, ["healthcheck", "--ready", *port]) == 1
+        assert (
+            capsys.readouterr().err == f"healthcheck: http://127.0.0.1:{gw.port}/readyz: HTTP 503\n"
+        )
         gw.app[STATE].draining = False
     assert await asyncio.to_thread(main, ["healthcheck", *port]) == 1  # nothing listens
+    assert capsys.readouterr().err.startswith(f"healthcheck: http://127.0.0.1:{gw.port}/healthz: ")
 
 
 async def test_readiness_does_not_wait_on_a_stalled_store(upstream):
