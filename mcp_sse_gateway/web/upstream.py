@@ -134,9 +134,8 @@ class HttpResponse:
 
     def _unwatch(self) -> None:
         # A body left unread keeps no buffer alive on a pooled connection's watch.
-        watch = self._watch
-        if watch is not None and watch.body is self._response.content:
-            watch.body = None
+        if self._watch is not None:
+            self._watch.release(self._response.content)
 
 
 class _Body:
@@ -160,17 +159,14 @@ class _Body:
         try:
             chunk = await content.readany()
         except _BODY_ERRORS as exc:
-            self._ended()
+            if self._watch is not None:
+                self._watch.release(content)
             raise UpstreamBroken("the upstream's response body broke off") from exc
         if not chunk:
-            self._ended()
+            if self._watch is not None:
+                self._watch.release(content)
             raise StopAsyncIteration
         return chunk
-
-    def _ended(self) -> None:
-        watch = self._watch
-        if watch is not None and watch.body is self._content:
-            watch.body = None
 
 
 class _ConnectionWatch:
@@ -182,10 +178,15 @@ class _ConnectionWatch:
     ``closed`` future; the body it guards is swapped per response.
     """
 
-    __slots__ = ("__weakref__", "body")
+    __slots__ = ("body",)
 
     def __init__(self) -> None:
         self.body: aiohttp.StreamReader | None = None
+
+    def release(self, body: aiohttp.StreamReader) -> None:
+        """Stop guarding *body* (it ended, or its response was released)."""
+        if self.body is body:
+            self.body = None
 
     def closed(self, future: asyncio.Future[None]) -> None:
         if not future.cancelled():

@@ -127,23 +127,28 @@ async def test_bodies_on_one_kept_alive_connection_end_cleanly_and_share_one_wat
     assert all(len(g) == 1 and g[0] is not None for g in guarded)
 
 
-async def test_a_body_ended_by_the_servers_close_ends_cleanly():
+def _then_close(rest: bytes) -> Answer:
+    """An answer: the head and *rest*, then the connection closed."""
+
     async def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + b"Connection: close\r\n\r\nhello")
+        writer.write(HEAD + rest)
         await writer.drain()
         writer.close()
 
-    async with _server(answer) as url, _upstream() as upstream:
+    return answer
+
+
+async def test_a_body_ended_by_the_servers_close_ends_cleanly():
+    async with (
+        _server(_then_close(b"Connection: close\r\n\r\nhello")) as url,
+        _upstream() as upstream,
+    ):
         assert await _body(upstream, url) == b"hello"
 
 
 async def test_a_truncated_chunked_body_is_broken():
-    async def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhel")
-        await writer.drain()
-        writer.close()
-
-    async with _server(answer) as url, _upstream() as upstream:
+    truncated = _then_close(b"Transfer-Encoding: chunked\r\n\r\n5\r\nhel")
+    async with _server(truncated) as url, _upstream() as upstream:
         with pytest.raises(UpstreamBroken):
             await asyncio.wait_for(_body(upstream, url), DEADLINE_S)
 
