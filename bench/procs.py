@@ -68,18 +68,39 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def process_cpu_clock(pid: int) -> int:
+    """Linux's CPU-time clock id of process *pid* (``clock_getcpuclockid(3)``, which Python lacks).
+
+    The kernel encodes it as ``~pid << 3 | CPUCLOCK_SCHED``: the scheduler's runtime of every
+    thread of the process, in nanoseconds, exited threads included.
+    """
+    return (~pid << 3) | 2
+
+
 def cpu_seconds(pids: Sequence[int]) -> float:
-    """utime + stime of *pids* (all their threads) from /proc, seconds; gone pids count 0."""
-    total = 0
+    """CPU time of *pids* (all their threads), seconds; gone pids count 0.
+
+    Read from each process's CPU-time clock (nanoseconds), so a short run is not rounded to
+    the clock ticks of ``/proc/<pid>/stat`` (10 ms each: 10 µs per event over 1,000 events);
+    from ``/proc`` (utime + stime) where that clock cannot be read.
+    """
+    total = 0.0
     for pid in pids:
+        if pid <= 0:  # to the kernel, pid 0's clock is the caller's own
+            continue
+        try:
+            total += time.clock_gettime(process_cpu_clock(pid))
+            continue
+        except OSError:
+            pass
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
         # The command name may hold spaces: fields are counted after its closing parenthesis.
         fields = stat[stat.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
 
 
 def self_cpu_seconds() -> float:

@@ -32,9 +32,9 @@ class Running:
     Attributes:
         name: the target's name (as in the tables).
         url: the MCP endpoint clients use.
-        pids: processes whose CPU time (utime + stime from /proc/<pid>/stat) is the target's
-            cost: the proxy, plus its redis-server. The first one is the proxy itself (its
-            RSS is reported on its own).
+        pids: processes whose CPU time (each one's CPU clock: ``bench.procs.cpu_seconds``) is
+            the target's cost: the proxy, plus its redis-server. The first one is the proxy
+            itself (its RSS is reported on its own).
         redis_url: the Redis the target uses, if any (the scale scenario counts its clients).
         metrics_url: Prometheus ``/metrics`` of the target, if any: the replay scenario waits
             for ``mcp_sse_gateway_events_stored_total`` to know a stream is complete.

@@ -96,6 +96,9 @@ DEFAULT_MAX_PUMPS = 10_000
 #: Enough to keep both cores busy opening streams, few enough that one event-loop turn stays
 #: short while thousands wait (bench: scale).
 DEFAULT_MAX_OPENING_STREAMS = 16
+#: Request handlers started per event-loop turn (``server.max_requests_per_turn``): a burst of
+#: 5,000 calls is started over about 300 short turns (bench: scale; 64 did no better).
+DEFAULT_MAX_REQUESTS_PER_TURN = 16
 #: 700 by default in Python: at thousands of streams, young collections promote every waiting
 #: stream's objects, and the full collections that follow pause the loop for 0.3 s each
 #: (docs/decisions.md, "Cost at scale").

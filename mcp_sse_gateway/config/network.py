@@ -23,6 +23,7 @@ from mcp_sse_gateway.config.defaults import (
     DEFAULT_MAX_HEADERS,
     DEFAULT_MAX_OPENING_STREAMS,
     DEFAULT_MAX_PUMPS,
+    DEFAULT_MAX_REQUESTS_PER_TURN,
 )
 from mcp_sse_gateway.config.fields import PositiveSeconds, Section
 
@@ -131,6 +132,13 @@ class ServerSettings(Section):
         description="New streams opened at once (created, sent upstream, until its headers or "
         "10 ms); more wait their turn, so running streams keep flowing through a burst of new "
         "calls. 0: no bound.",
+    )
+    max_requests_per_turn: int = Field(
+        default=DEFAULT_MAX_REQUESTS_PER_TURN,
+        ge=0,
+        description="Request handlers started per event-loop turn; more wait, in order, for the "
+        "next turns, so that a burst of thousands of requests does not stop running streams "
+        "for one long turn. 0: no bound.",
     )
     gc_young_threshold: int = Field(
         default=DEFAULT_GC_YOUNG_THRESHOLD,

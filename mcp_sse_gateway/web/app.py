@@ -110,7 +110,9 @@ def create_app(
     registry = app[REGISTRY]
     app[METRICS].pumps_active.labels("request").set_function(lambda: registry.request_pumps)
     app[METRICS].pumps_active.labels("standalone").set_function(lambda: registry.endless)
-    app[STATE] = GatewayState(app[REGISTRY])
+    app[STATE] = GatewayState(
+        app[REGISTRY], requests_per_turn=settings.server.max_requests_per_turn
+    )
     app[REPLICA_ID] = secrets.token_hex(8)
     app[UPSTREAM] = HttpUpstream(
         settings.upstream,

@@ -10,6 +10,7 @@ from mcp_sse_gateway.store.base import EventStore
 from mcp_sse_gateway.streams import Streams
 from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.tracing import Tracing
+from mcp_sse_gateway.web.admission import Admission
 from mcp_sse_gateway.web.authz import Authorizer
 from mcp_sse_gateway.web.upstream import HttpUpstream
 
@@ -32,10 +33,12 @@ class GatewayState:
         in_flight: requests being served now (``server.max_concurrent_requests``).
         buffered_bytes: request body bytes held now (``server.max_buffered_body_bytes``).
         busy_logged_at: when a refusal for capacity was last logged (monotonic seconds).
+        admission: request handlers started per loop turn (``server.max_requests_per_turn``).
     """
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, *, requests_per_turn: int = 0) -> None:
         self._registry = registry
+        self.admission = Admission(requests_per_turn)
         self.in_flight = 0
         self.buffered_bytes = 0
         self.busy_logged_at = float("-inf")

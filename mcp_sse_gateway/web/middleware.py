@@ -219,7 +219,8 @@ async def request_limit(
 
     Open streams count for as long as they are open, so memory stays bounded under a flood.
     GETs of health, readiness and metrics are never refused (other methods there are relayed
-    upstream like any path, and counted).
+    upstream like any path, and counted). A request let in starts when its loop turn has room
+    (``server.max_requests_per_turn``, :mod:`.admission`), and counts while it waits.
 
     Raises:
         GatewayBusy: the replica serves as many requests as it may.
@@ -241,6 +242,7 @@ async def request_limit(
         raise GatewayBusy
     state.in_flight += 1
     try:
+        await state.admission.enter()
         return await handler(request)
     finally:
         state.in_flight -= 1

@@ -375,6 +375,40 @@ async def test_no_connection_pool_cap_queues_calls(upstream, gateway, http):
     assert bodies == [b"data: done\n\n"] * calls
 
 
+async def test_a_burst_beyond_the_requests_per_turn_is_served_whole(upstream, gateway, http):
+    """Started 2 per loop turn, 120 calls sent at once are all answered, each its own answer."""
+    calls = 120
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        message = await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {message['params']['n']}\n\n".encode())
+        return response
+
+    upstream.routes["/mcp"] = answer
+    connector = aiohttp.TCPConnector(limit=0)
+    async with (
+        gateway(upstream.url, server={"max_requests_per_turn": 2}) as gw,
+        aiohttp.ClientSession(connector=connector) as many,
+    ):
+
+        async def call(n: int) -> bytes:
+            body = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"n": n}}
+            async with many.post(gw.mcp_url, json=body) as response:
+                return await response.read()
+
+        async def probe() -> int:
+            async with many.get(gw.base_url + "/healthz") as response:
+                return response.status
+
+        *bodies, health = await asyncio.wait_for(
+            asyncio.gather(*(call(n) for n in range(calls)), probe()), 30
+        )
+    assert bodies == [f"data: {n}\n\n".encode() for n in range(calls)]
+    assert health == 200
+
+
 INIT_RESULT = {
     "jsonrpc": "2.0",
     "id": 1,
