@@ -93,14 +93,19 @@ def cpu_seconds(pids: Sequence[int]) -> float:
             continue
         except OSError:
             pass
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces: fields are counted after its closing parenthesis.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        total += proc_cpu_seconds(pid)
     return total
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of *pid* from ``/proc/<pid>/stat``, seconds, in clock ticks; 0 if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    # The command name may hold spaces: fields are counted after its closing parenthesis.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def self_cpu_seconds() -> float:

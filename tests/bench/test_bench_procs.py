@@ -5,11 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from bench.procs import CLK_TCK, cpu_seconds, process_cpu_clock
+from bench.procs import CLK_TCK, cpu_seconds, proc_cpu_seconds, process_cpu_clock
 
 # Spins until it has used 0.2 s of CPU, says so, then waits for its standard input to close.
 _BURN = """
@@ -19,12 +18,6 @@ while time.process_time() < 0.2:
 print("burnt", flush=True)
 sys.stdin.read()
 """
-
-
-def _proc_seconds(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def test_cpu_seconds_reads_a_child_finer_than_the_clock_tick() -> None:
@@ -38,9 +31,9 @@ def test_cpu_seconds_reads_a_child_finer_than_the_clock_tick() -> None:
             time.clock_gettime(process_cpu_clock(child.pid))
         except OSError:
             pytest.skip("this kernel does not let a process read another's CPU clock")
-        before_ticks = _proc_seconds(child.pid)
+        before_ticks = proc_cpu_seconds(child.pid)
         seconds = cpu_seconds([child.pid])
-        after_ticks = _proc_seconds(child.pid)
+        after_ticks = proc_cpu_seconds(child.pid)
         # The same time as /proc's ticks (truncated, and split between user and system time by
         # sampling: two ticks either side), but not rounded to them.
         assert before_ticks - 2 / CLK_TCK <= seconds <= after_ticks + 2 / CLK_TCK
