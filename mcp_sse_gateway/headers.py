@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 Headers = list[tuple[str, str]]
@@ -74,6 +75,38 @@ _DROP_ALWAYS = HOP_BY_HOP | _DROP_UPSTREAM
 _DROP_MCP_ALWAYS = _DROP_ALWAYS | _DROP_UPSTREAM_MCP
 
 
+class _Seen(NamedTuple):
+    """What the relay acts on among a request's headers (:func:`_scan`)."""
+
+    tokens: set[str]
+    coding: str | None
+    forwarded_for: list[str]
+    forwarded_proto: str | None
+    forwarded_host: str | None
+
+
+def _scan(named: Sequence[tuple[str, str, str]]) -> _Seen:
+    """The headers the relay acts on, of ``(lower-case name, name, value)`` triples, in one pass.
+
+    ``Connection`` tokens (lower case), the first ``Content-Encoding``, every
+    ``X-Forwarded-For``, and the first ``X-Forwarded-Proto`` and ``X-Forwarded-Host``.
+    """
+    seen = _Seen(set(), None, [], None, None)
+    coding = proto = host = None
+    for lower, _, value in named:
+        if lower == "connection":
+            seen.tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+        elif lower == "x-forwarded-for":
+            seen.forwarded_for.append(value)
+        elif lower == "content-encoding":
+            coding = value if coding is None else coding
+        elif lower == "x-forwarded-proto":
+            proto = value if proto is None else proto
+        elif lower == "x-forwarded-host":
+            host = value if host is None else host
+    return seen._replace(coding=coding, forwarded_proto=proto, forwarded_host=host)
+
+
 def upstream_request_headers(
     incoming: Sequence[tuple[str, str]],
     *,
@@ -102,33 +135,34 @@ def upstream_request_headers(
         End-to-end headers (``Authorization``, ``Cookie``, ``Mcp-*``, ``traceparent`` …) in order,
         plus ``X-Forwarded-For/Proto/Host``.
     """
+    # One pass over the client's headers, each name lowered once (this runs per request).
+    named = [(name.lower(), name, value) for name, value in incoming]
+    seen = _scan(named)
+    tokens = seen.tokens
     # A client's Connection tokens never strip what the gateway itself acts on: the upstream
     # must see the credentials and session the gateway authorized and bound.
     drop = _DROP_MCP_ALWAYS if mcp_endpoint else _DROP_ALWAYS
-    tokens = _connection_tokens(incoming) - _NEVER_HOP_BY_HOP
+    tokens -= _NEVER_HOP_BY_HOP
     # The server looks at the first Content-Encoding only, as a whole value.
-    coding = next((v for n, v in incoming if n.lower() == "content-encoding"), "")
-    if coding.isascii() and coding.lower() in DECODED_CODINGS:
+    coding = seen.coding
+    if coding and coding.isascii() and coding.lower() in DECODED_CODINGS:
         tokens |= _ENCODED_BODY
     if tokens or drop_names:
         drop = drop | tokens | drop_names
     out: Headers = [
         (name, value)
-        for name, value in incoming
-        if (lower := name.lower()) not in drop
+        for lower, name, value in named
+        if lower not in drop
         # "X_Auth_User" is "X-Auth-User" to CGI/WSGI upstreams (HTTP_X_AUTH_USER).
         and not (drop_names and lower.replace("_", "-") in drop_names)
     ]
-    forwarded_for = [v for n, v in incoming if n.lower() == "x-forwarded-for"]
-    forwarded_proto = next((v for n, v in incoming if n.lower() == "x-forwarded-proto"), None)
-    forwarded_host = next((v for n, v in incoming if n.lower() == "x-forwarded-host"), None)
-    chain = [*forwarded_for] if trusted_peer else []
+    chain = [*seen.forwarded_for] if trusted_peer else []
     if peer:
         chain.append(peer)
     if chain:
         out.append(("X-Forwarded-For", ", ".join(chain)))
-    out.append(("X-Forwarded-Proto", (forwarded_proto if trusted_peer else None) or scheme))
-    original_host = (forwarded_host if trusted_peer else None) or host
+    out.append(("X-Forwarded-Proto", (seen.forwarded_proto if trusted_peer else None) or scheme))
+    original_host = (seen.forwarded_host if trusted_peer else None) or host
     if original_host:
         out.append(("X-Forwarded-Host", original_host))
     if mcp_endpoint:

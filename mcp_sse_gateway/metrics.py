@@ -210,6 +210,11 @@ class Metrics:
             registry=self.registry,
         )
 
+        #: ``count_request(method, status_class)``: :attr:`requests` + 1, children cached.
+        self.count_request = _inc_by_labels(self.requests)
+        #: ``count_connection_ended(reason)``: :attr:`connections_ended` + 1, children cached.
+        self.count_connection_ended = _inc_by_labels(self.connections_ended)
+
     def store_observer(self) -> StoreObserver:
         """The store's call timings, as the two store histograms."""
         return StoreObserver(
@@ -238,3 +243,20 @@ def _observe_by_label(histogram: Histogram) -> Callable[[str, float], None]:
         child.observe(value)
 
     return observe
+
+
+def _inc_by_labels(counter: Counter) -> Callable[..., None]:
+    """``inc(*labels)`` of *counter*, each label set's child looked up once.
+
+    For counters bumped on every request or stream; their label sets are bounded (methods by
+    name or ``OTHER``, status classes, end reasons), so the cache is too.
+    """
+    children: dict[tuple[str, ...], Any] = {}
+
+    def inc(*labels: str) -> None:
+        child = children.get(labels)
+        if child is None:
+            child = children[labels] = counter.labels(*labels)
+        child.inc()
+
+    return inc

@@ -507,7 +507,7 @@ async def deliver(
         metrics.streams_active.dec()
         metrics.events_delivered.inc(delivery.events)
         metrics.events_replayed.inc(delivery.replayed)
-        metrics.connections_ended.labels(ended).inc()
+        metrics.count_connection_ended(ended)
 
 
 def _delivered(delivery: Delivery, ended: str) -> Delivered:

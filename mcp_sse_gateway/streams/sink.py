@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Protocol
 
 from mcp_sse_gateway.errors import ClientGone, SlowReader
@@ -30,8 +31,15 @@ class ClientSink(Protocol):
         """
         ...
 
-    async def end(self) -> None:
-        """End the response (a client already gone is no error)."""
+    async def end(self, last: bytes = b"") -> None:
+        """Write *last* (encoded SSE, may be empty) and end the response, in one write.
+
+        A client already gone is no error.
+
+        Raises:
+            SlowReader: the write stayed blocked for ``sse.slow_reader_cut_s`` (the
+                connection is then aborted).
+        """
         ...
 
     def abort(self) -> None:
@@ -40,9 +48,9 @@ class ClientSink(Protocol):
 
 
 async def close_with_retry(sink: ClientSink, retry_ms: int) -> None:
-    """Send ``retry`` then end the response: a client that reconnects waits *retry_ms*."""
-    try:
-        await sink.write(encode_retry(retry_ms))
-        await sink.end()
-    except (ClientGone, SlowReader):
-        pass
+    """Send ``retry`` then end the response: a client that reconnects waits *retry_ms*.
+
+    The field and the end of the response go in one write (one send for the connection).
+    """
+    with contextlib.suppress(ClientGone, SlowReader):
+        await sink.end(encode_retry(retry_ms))

@@ -152,7 +152,7 @@ async def request_context(
         raise
     finally:
         method = request.method if request.method in KNOWN_METHODS else "OTHER"
-        request.app[METRICS].requests.labels(method, f"{status // 100}xx").inc()
+        request.app[METRICS].count_request(method, f"{status // 100}xx")
         # Probes come every few seconds from every load balancer and kubelet: debug, unless
         # they failed.
         probe = request.path in UNLIMITED_PATHS and request.method in {"GET", "HEAD"}

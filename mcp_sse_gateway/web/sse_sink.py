@@ -6,7 +6,6 @@ See :class:`~mcp_sse_gateway.streams.sink.ClientSink`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from aiohttp import web
 
@@ -93,10 +92,25 @@ class SSEResponseSink:
         step.close()  # it waits to drain, after the write
         return True
 
-    async def end(self) -> None:
-        """End the response; a client already gone is no error."""
-        with contextlib.suppress(ConnectionResetError):
-            await self._response.write_eof()
+    async def end(self, last: bytes = b"") -> None:
+        """Write *last* and end the response, in one write; a client already gone is no error.
+
+        aiohttp sends *last* and the chunked body's end together. Bounded like :meth:`write`.
+
+        Raises:
+            SlowReader: the write stayed blocked for ``cut_s`` (the connection is aborted).
+        """
+        try:
+            if self._takes(last):
+                await self._response.write_eof(last)
+                return
+            async with asyncio.timeout(self._cut_s):
+                await self._response.write_eof(last)
+        except TimeoutError:
+            self.abort()
+            raise SlowReader from None
+        except ConnectionResetError:
+            pass
 
     def abort(self) -> None:
         """Abort the connection: closing would wait to flush what the reader never drains."""

@@ -166,8 +166,10 @@ class ListSink:
         self._news.set()
         return True
 
-    async def end(self) -> None:
-        """Record the end."""
+    async def end(self, last: bytes = b"") -> None:
+        """Keep *last* (or raise what the test asked for), then record the end."""
+        if last:
+            await self.write(last)
         self.ended = True
 
     def abort(self) -> None:
