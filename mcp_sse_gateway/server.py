@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
+import traceback
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -11,7 +13,8 @@ from typing import Any, cast
 
 import structlog
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
 from mcp_sse_gateway.config import Settings, redact_url
@@ -87,9 +90,34 @@ class _QuietRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        if status != HTTPStatus.INTERNAL_SERVER_ERROR:
-            message = f"{status} {HTTPStatus(status).phrase}"
-        return super().handle_error(request, status, exc, message)
+        if status == HTTPStatus.INTERNAL_SERVER_ERROR:
+            return super().handle_error(request, status, exc, message)
+        # A request the parser refused: the client's doing, logged as one line without the
+        # parser's message (it quotes the offending line: a cookie, a token, the query).
+        log.info("client.bad_request", status=status, error=type(exc).__name__ if exc else None)
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response has started: no error response can follow")
+        response = web.Response(status=status, text=f"{status} {HTTPStatus(status).phrase}")
+        response.force_close()
+        return response
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """Log what aiohttp reports, without exception messages (they may quote request data).
+
+        A client's malformed input (an undecodable body read after the handler, say) is one
+        info line; anything else an error line with the exception's type and its frames.
+        """
+        exc_info = kwargs.get("exc_info")
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, (HttpProcessingError, RequestPayloadError)):
+            log.info("client.bad_request", error=type(exc).__name__)
+            return
+        log.error(
+            "server.request_failed",
+            what=args[0] if args and isinstance(args[0], str) else None,
+            error=type(exc).__name__ if exc is not None else None,
+            stack="".join(traceback.format_tb(exc.__traceback__)) if exc is not None else None,
+        )
 
 
 class _QuietServer(web.Server):

@@ -211,3 +211,60 @@ async def test_standalone_pumps_never_use_up_what_tool_calls_need(upstream, gate
 async def _accepted(request: web.Request) -> web.StreamResponse:
     del request
     return web.Response(status=202)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer SECRET" + b"Z" * 9000,
+        b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: session=SECRET" + b"C" * 9000,
+        b"GET /mcp?access_token=SECRET" + b"Q" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1",
+    ],
+    ids=["authorization", "cookie", "query"],
+)
+async def test_a_line_too_long_is_refused_without_logging_what_it_held(
+    upstream, gateway, caplog, request_bytes
+):
+    """aiohttp's parser quotes the start of a line it refuses; no log line may carry it."""
+    import logging
+
+    import structlog
+
+    caplog.set_level(logging.DEBUG)
+    async with gateway(upstream.url) as gw:
+        with structlog.testing.capture_logs() as logs:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            writer.write(request_bytes + b"\r\n\r\n")
+            await writer.drain()
+            answer = await _closed_within(reader, DEADLINE_S)
+            writer.close()
+    assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")  # HTTP/1.0: unparsed
+    assert b"SECRET" not in answer
+    assert "SECRET" not in repr(logs)
+    assert "SECRET" not in caplog.text
+    assert all(record.exc_info is None for record in caplog.records)
+    assert [e for e in logs if e["event"] == "client.bad_request"]
+    assert not upstream.requests
+
+
+async def test_an_undecodable_body_is_refused_without_an_error_line(upstream, gateway, caplog):
+    """A gzip body that does not decode is the client's fault: a 400, and no error logged."""
+    import logging
+
+    import structlog
+
+    caplog.set_level(logging.DEBUG)
+    body = b"\x1f\x8b\x08\x00garbage-that-is-not-deflate" * 4
+    async with gateway(upstream.url) as gw:
+        with structlog.testing.capture_logs() as logs:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            writer.write(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), DEADLINE_S)
+            writer.close()
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert [e for e in logs if e["log_level"] in {"error", "critical"}] == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
