@@ -38,6 +38,10 @@ STANDALONE_BACKOFF_MIN_S = 0.1
 STANDALONE_BACKOFF_MAX_S = 30.0
 #: Upstream statuses after which the standalone stream is not re-opened (D5).
 STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
+#: An upstream GET that ends within this many seconds without an event counts as a failed
+#: open: the next re-open waits longer (an upstream that answers every GET and closes it at
+#: once is not asked again every ``retry_ms``, for every session, for as long as they live).
+STANDALONE_QUICK_END_S = 1.0
 
 #: How one upstream GET body ended: the session is gone, the lease is another replica's, the
 #: store lost events, or it just ended.
@@ -159,22 +163,33 @@ class StandalonePump:
         ended: BodyEnd = "ended"
         # A takeover opens at once; a GET the upstream closed is re-opened after retry_ms.
         open_now = response is None
+        # Upstream GETs in a row that ended at once without an event (see _open_again).
+        empty = 0
+        loop = asyncio.get_running_loop()
         while True:
             if response is not None:
-                ended = await self._run_body(response)
+                opened_at = loop.time()
+                ended, events = await self._run_body(response)
                 if ended in {"gone", "lease_lost"}:
                     self._lost = ended == "lease_lost"
                     self.stopped = ended
                     return
-            response = await self._open_again(ended, open_now=open_now)
+                quick = loop.time() - opened_at < STANDALONE_QUICK_END_S
+                empty = empty + 1 if events == 0 and quick else 0
+            response = await self._open_again(ended, open_now=open_now, failures=empty)
             if response is None:
                 return
             open_now = False
 
-    async def _open_again(self, ended: BodyEnd, *, open_now: bool) -> UpstreamResponse | None:
-        """Re-open the upstream GET, with backoff while it fails; None: stop for good."""
+    async def _open_again(
+        self, ended: BodyEnd, *, open_now: bool, failures: int = 0
+    ) -> UpstreamResponse | None:
+        """Re-open the upstream GET, with backoff while it fails; None: stop for good.
+
+        *failures* counts the GETs before that ended at once without an event: the first
+        delay grows with them as with failed opens (up to :data:`STANDALONE_BACKOFF_MAX_S`).
+        """
         base_s = max(self._ctx.settings.sse.retry_ms / 1000, STANDALONE_BACKOFF_MIN_S)
-        failures = 0
         while True:
             if not open_now:
                 delay_s = min(base_s * 2**failures, STANDALONE_BACKOFF_MAX_S)
@@ -224,8 +239,10 @@ class StandalonePump:
         record = await self._ctx.store.get_session(self._session_id, refresh=False)
         return record is not None and not record.deleted
 
-    async def _run_body(self, response: UpstreamResponse) -> BodyEnd:
+    async def _run_body(self, response: UpstreamResponse) -> tuple[BodyEnd, int]:
         """Pump one upstream GET body, renewing the lease every third of ``lease_ttl_s``.
+
+        Returns how it ended and the events it stored.
 
         A watchdog checks the session every ``session_idle_ttl_s / 4`` seconds (at most a
         minute): an upstream GET that never ends must not keep an idle session's pump alive.
@@ -252,18 +269,19 @@ class StandalonePump:
                 with contextlib.suppress(asyncio.CancelledError):
                     await pump
             response.close()
-        if stopped is not None:
-            return stopped
         result = None if pump.cancelled() else pump.result()
+        events = result.events if result is not None else 0
+        if stopped is not None:
+            return stopped, events
         if result is not None and result.lease_lost:
-            return "lease_lost"
+            return "lease_lost", events
         if result is not None and result.store_lost:
             self._ctx.metrics.streams_store_lost.inc()
-            return "store_lost"
+            return "store_lost", events
         try:
-            return "ended" if await self._session_alive() else "gone"
+            return ("ended" if await self._session_alive() else "gone"), events
         except StoreError:
-            return "store_lost"
+            return "store_lost", events
 
     async def _watch(self, pump: asyncio.Future[PumpResult], check_s: float) -> BodyEnd | None:
         """While *pump* runs: check the session every *check_s*; why to stop it, or None."""

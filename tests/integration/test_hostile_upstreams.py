@@ -203,3 +203,37 @@ async def test_a_standalone_get_answered_with_another_content_type_is_relayed(
         assert response.content_type == "text/html"
         assert await response.text() == "<html>hello</html>"
         assert gw.app[REGISTRY].tasks == 0  # no standalone pump for a non-stream
+
+
+async def test_a_standalone_get_the_upstream_closes_at_once_is_reopened_ever_later(
+    upstream, gateway, http
+):
+    """An upstream answering every GET with an event stream it ends at once, no event in it,
+    is asked again after growing delays, not every ``retry_ms`` for as long as the session
+    lives (D5)."""
+    import time
+
+    gets: list[float] = []
+    routes = upstream.routes
+
+    async def closes_at_once(request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return await routes_before(request)
+        gets.append(time.monotonic())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        return response
+
+    async with gateway(upstream.url, sse={"retry_ms": 100}) as gw:
+        await _initialize(upstream, http, gw)
+        routes_before = routes["/mcp"]
+        routes["/mcp"] = closes_at_once
+        response = await http.get(gw.mcp_url, headers=_headers())
+        assert response.status == 200
+        response.close()  # no client attached from here on: the pump goes on alone
+        await eventually(lambda: len(gets) >= 6, timeout_s=30)
+        gaps = [later - earlier for earlier, later in zip(gets, gets[1:], strict=False)]
+        # Without backoff every gap is retry_ms at most (0.1 s); with it the fifth is at least
+        # 0.1 s x 2^4 x 0.5 (jitter).
+        assert gaps[4] >= 0.7, gaps
+        assert gaps[4] > gaps[0]
