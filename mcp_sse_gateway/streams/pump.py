@@ -203,18 +203,24 @@ async def run_pump(
         while True:
             decoder = SSEDecoder(max_event_bytes=max_event_bytes)
             before = result.events
-            retry_ms = await _read_body_or_end(sink, body, decoder, pending, result)
-            if retry_ms is _ENDED:
+            closed = await _read_body_or_end(sink, body, decoder, pending, result)
+            if closed is None:
                 break
             upstream_id = decoder.last_event_id
-            if not pending or reopen is None or not upstream_id:
+            # Only an upstream that closed on purpose (it primed, or sent retry: SEP-1699) is
+            # resumed; one that just stopped (a crash, no resumability) is not asked for a
+            # replay it may answer with unrelated messages.
+            if not pending or reopen is None or not upstream_id or not closed.on_purpose:
                 result.broken = bool(pending)
                 break
             resumes = 0 if result.events > before else resumes + 1
             if resumes > MAX_UPSTREAM_RESUMES:
                 result.broken = True
                 break
-            await asyncio.sleep(retry_ms / 1000 if retry_ms >= 0 else DEFAULT_UPSTREAM_RETRY_S)
+            retry_ms = closed.retry_ms
+            await asyncio.sleep(
+                retry_ms / 1000 if retry_ms is not None else DEFAULT_UPSTREAM_RETRY_S
+            )
             reopened = await reopen(upstream_id)
             if reopened is None:
                 result.broken = True
@@ -228,8 +234,18 @@ async def run_pump(
     return result
 
 
-#: What :func:`_read_body_or_end` returns when the body ended the pump (or ``retry``: -1 none).
-_ENDED = -2
+@dataclass(slots=True)
+class _Closed:
+    """How an upstream body that ended cleanly closed.
+
+    Attributes:
+        retry_ms: its last ``retry`` field, ms (None: none).
+        on_purpose: it primed (an event with an id and no data) or sent ``retry``: a
+            resumable upstream closing on purpose (SEP-1699), to be resumed.
+    """
+
+    retry_ms: int | None = None
+    on_purpose: bool = False
 
 
 async def _read_body_or_end(
@@ -238,14 +254,14 @@ async def _read_body_or_end(
     decoder: SSEDecoder,
     pending: dict[jsonrpc.JSONRPCId, None],
     result: PumpResult,
-) -> int:
-    """Read one upstream body into the sink; the last ``retry`` (ms, -1 for none) or _ENDED.
+) -> _Closed | None:
+    """Read one upstream body into the sink; how it closed, or None when it ended the pump.
 
     Every failure ends the pump, recorded in *result*: it never escapes (a client must never
     hang on a stream whose pump died).
     """
     try:
-        retry_ms = await _read_body(sink, body, decoder, pending, result)
+        closed = await _read_body(sink, body, decoder, pending, result)
     except LeaseLost:
         # Another replica pumps the session's upstream GET now: this one must stop.
         log.info("standalone.lease_lost")
@@ -269,8 +285,8 @@ async def _read_body_or_end(
         log.exception("pump.failed")
         result.broken = bool(pending)
     else:
-        return -1 if retry_ms is None else retry_ms
-    return _ENDED
+        return closed
+    return None
 
 
 async def _read_body(
@@ -279,13 +295,13 @@ async def _read_body(
     decoder: SSEDecoder,
     pending: dict[jsonrpc.JSONRPCId, None],
     result: PumpResult,
-) -> int | None:
-    """Append every message of one upstream body; returns the last ``retry`` seen (ms).
+) -> _Closed:
+    """Append every message of one upstream body; how it closed (its last ``retry``, ms).
 
     Raises:
         EventTooLarge: after appending what the same chunk completed before the big event.
     """
-    retry_ms: int | None = None
+    closed = _Closed()
     async for chunk in body:
         failure: EventTooLarge | None = None
         try:
@@ -297,9 +313,11 @@ async def _read_body(
         settled = False
         for event in events:
             if event.retry is not None:
-                retry_ms = event.retry
+                closed.retry_ms, closed.on_purpose = event.retry, True
             if not event.data:
                 # No data (id/retry only) or the upstream's own priming event.
+                if event.id:
+                    closed.on_purpose = True
                 continue
             for rid in _response_ids(event.data):
                 settled = pending.pop(rid, 0) is None or settled
@@ -309,7 +327,7 @@ async def _read_body(
             result.events += len(batch)
         if failure is not None:
             raise failure
-    return retry_ms
+    return closed
 
 
 def _event_type(event: str | None) -> str | None:

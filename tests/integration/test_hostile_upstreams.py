@@ -8,6 +8,7 @@ second session running at the same time is unaffected.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Awaitable, Callable
 
@@ -232,7 +233,7 @@ async def test_a_standalone_get_the_upstream_closes_at_once_is_reopened_ever_lat
         assert response.status == 200
         response.close()  # no client attached from here on: the pump goes on alone
         await eventually(lambda: len(gets) >= 6, timeout_s=30)
-        gaps = [later - earlier for earlier, later in zip(gets, gets[1:], strict=False)]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(gets)]
         # Without backoff every gap is retry_ms at most (0.1 s); with it the fifth is at least
         # 0.1 s x 2^4 x 0.5 (jitter).
         assert gaps[4] >= 0.7, gaps

@@ -464,6 +464,55 @@ async def test_a_resumable_upstream_that_closes_on_purpose_is_resumed_with_its_o
     assert [e.data for e in read.events] == ['{"method":"n"}', answer]
 
 
+@pytest.mark.parametrize(
+    "opening",
+    [b"id: up-9\ndata:\n\n", b"retry: 5\n\n"],
+    ids=["primed", "retry"],
+)
+async def test_an_upstream_closing_with_a_priming_event_or_retry_is_resumed(opening: bytes):
+    stage = _Stage()
+    await stage.create()
+    asked: list[str] = []
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+
+    async def reopen(last_event_id: str) -> Any:
+        asked.append(last_event_id)
+        return _chunks(sse(answer))
+
+    first = _chunks(opening, sse('{"method":"n"}', event_id="up-10"))
+    result = await run_pump(
+        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
+    )
+    assert asked == ["up-10"]
+    assert not result.broken
+
+
+async def test_an_upstream_that_just_stops_is_not_resumed():
+    """Ids but neither priming nor retry: not a close on purpose (SEP-1699). Asking such an
+    upstream for a replay may bring messages of another stream, and the call would wait for
+    them; its pending request gets the gateway's error at once instead."""
+    stage = _Stage()
+    await stage.create()
+    asked: list[str] = []
+
+    async def reopen(last_event_id: str) -> Any:
+        asked.append(last_event_id)
+        return _chunks(sse('{"method":"unrelated"}'))
+
+    first = _chunks(sse('{"method":"n"}', event_id="up-10"))
+    result = await run_pump(
+        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
+    )
+    assert asked == []
+    assert result.broken
+    read = await stage.store.read(SID, stage.life, 0, 10)
+    datas = [json.loads(e.data) for e in read.events]
+    assert datas[0] == {"method": "n"}
+    assert datas[1]["id"] == 1
+    assert datas[1]["error"]["code"] == UPSTREAM_STREAM_BROKEN
+    assert read.finished
+
+
 # Request and standalone streams ------------------------------------------------------------
 
 
