@@ -41,6 +41,7 @@ from mcp_sse_gateway.errors import (
     StoreError,
     StoreUnavailable,
     StreamError,
+    UnknownStream,
     UpstreamError,
 )
 from mcp_sse_gateway.sse import SSEDecoder
@@ -101,6 +102,10 @@ class _Sink:
     stream: StreamLife | None
     on_store_lost: Callable[[], None] | None
     lease: Lease | Callable[[], Lease] | None = None
+    #: Called once when the stream turns out dropped from the store (to retire the life).
+    on_dropped: Callable[[], None] | None = None
+    #: The stream was dropped from the store while pumped; the feed went on alone.
+    dropped: bool = False
 
     #: The stream's feed when the pump started, kept by the pump itself: a life retired while
     #: the pump still runs never takes it out of lost mode (no write after a gap).
@@ -121,19 +126,34 @@ class _Sink:
                 last = await self.store.append_many(
                     self.session_id, self.life, events, pending=pending, lease=lease
                 )
-            except StoreUnavailable:
+            except (StoreUnavailable, UnknownStream) as failure:
                 if stream is None or feed is None:
                     raise
-                log.warning("store.lost_mid_stream")
-                stream.lose()
-                if self.on_store_lost is not None:
-                    self.on_store_lost()
+                self._go_lost(stream, failure)
             else:
                 if feed is not None:
                     feed.add_stored(last - len(events) + 1, events)
                 return
         for data, event in events:
             feed.push(data, event)
+
+    def _go_lost(self, stream: StreamLife, failure: StoreUnavailable | UnknownStream) -> None:
+        """From now on the feed carries the stream on alone, unstored (lost mode).
+
+        The store is down (D7, outages), or the stream was dropped under the pump (the session
+        deleted or expired): the client attached here still gets what the upstream sends, its
+        pending requests' errors included.
+        """
+        if isinstance(failure, UnknownStream):
+            log.info("stream.dropped_while_pumping")
+            self.dropped = True
+            then = self.on_dropped
+        else:
+            log.warning("store.lost_mid_stream")
+            then = self.on_store_lost
+        stream.lose()
+        if then is not None:
+            then()
 
 
 def _response_ids(data: str) -> list[jsonrpc.JSONRPCId]:
@@ -166,6 +186,7 @@ async def run_pump(
     stream: StreamLife | None = None,
     on_store_lost: Callable[[], None] | None = None,
     lease: Lease | Callable[[], Lease] | None = None,
+    on_dropped: Callable[[], None] | None = None,
 ) -> PumpResult:
     """Read *body* into stream *life* of the session until it ends.
 
@@ -185,6 +206,9 @@ async def run_pump(
             the store becomes unreachable the life goes on in lost mode (None: a store failure
             breaks the stream). The pump closes the feed when done.
         on_store_lost: called once when the life switches to lost mode (to retire it).
+        on_dropped: called once when the stream was dropped from the store under the pump
+            (session deleted or expired): the life goes on in lost mode too, for the client
+            attached here, and is retired.
         lease: the session's standalone lease the appends are fenced by (DESIGN D5), or a
             callable giving the current one: once another replica took it over, the pump
             stops (``lease_lost``).
@@ -197,7 +221,7 @@ async def run_pump(
     """
     pending: dict[jsonrpc.JSONRPCId, None] = dict.fromkeys(request_ids)
     result = PumpResult()
-    sink = _Sink(store, session_id, life, stream, on_store_lost, lease)
+    sink = _Sink(store, session_id, life, stream, on_store_lost, lease, on_dropped)
     resumes = 0
     try:
         while True:
@@ -229,7 +253,7 @@ async def run_pump(
             body = reopened
     finally:
         result.pending = list(pending)
-        result.store_lost = result.store_lost or sink.lost
+        result.store_lost = result.store_lost or (sink.lost and not sink.dropped)
         await _settle(sink, result, finish=finish)
     return result
 

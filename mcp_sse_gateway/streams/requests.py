@@ -366,6 +366,7 @@ class RequestStreams:
                     reopen=self._reopener(post.call) if reopens else None,
                     stream=stream,
                     on_store_lost=lambda: self._store_lost(stream),
+                    on_dropped=lambda: self._dropped(stream),
                 )
             finally:
                 if response is not None:
@@ -407,6 +408,10 @@ class RequestStreams:
     def _store_lost(self, stream: StreamLife) -> None:
         """The pump could not store an event: the feed carries the stream on; retire the life."""
         self._ctx.metrics.streams_store_lost.inc()
+        self._ctx.registry.spawn(self._retire(stream), name="stream.retire", background=True)
+
+    def _dropped(self, stream: StreamLife) -> None:
+        """The stream was dropped under its pump: the feed carries it on; retire the life."""
         self._ctx.registry.spawn(self._retire(stream), name="stream.retire", background=True)
 
     async def _retire(self, stream: StreamLife) -> None:

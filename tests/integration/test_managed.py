@@ -294,6 +294,58 @@ async def test_deleted_session_gets_404(upstream, gateway, http):
         assert post.status == 404
 
 
+@pytest.mark.parametrize("answers", [True, False], ids=["upstream_answers", "upstream_stops"])
+async def test_a_call_open_when_its_session_is_deleted_still_reaches_its_client(
+    upstream, gateway, http, answers
+):
+    """DELETE drops the session's streams while a call runs: the client attached to the call
+    still gets what the upstream sends, its answer or else the gateway's error (without ids:
+    nothing is left to resume), then the end of the stream; a resume gets 404."""
+    go_on = asyncio.Event()
+
+    async def tool(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for index in range(2):
+            await response.write(f"data: {json.dumps(_notification(index))}\n\n".encode())
+        await asyncio.wait_for(go_on.wait(), DEADLINE_S)
+        await response.write(f"data: {json.dumps(_notification(2))}\n\n".encode())
+        if answers:
+            await response.write(f"data: {json.dumps(_result(7))}\n\n".encode())
+        return response
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = tool
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=3)  # priming and two notifications
+        assert [m["params"]["data"] for m in _messages(first)] == [0, 1]
+
+        async def deleted(request: web.Request) -> web.StreamResponse:
+            return web.Response(status=200)
+
+        upstream.routes["/mcp"] = deleted
+        assert (await http.delete(gw.mcp_url, headers=_headers())).status == 200
+        go_on.set()  # the upstream goes on: its next events find no stream to store in
+        rest, ended = await read_events(response)
+        assert ended
+        messages = _messages(rest)
+        assert messages[0] == _notification(2)
+        if answers:
+            assert messages[1:] == [_result(7)]
+        else:
+            assert [(m["id"], m["error"]["code"]) for m in messages[1:]] == [
+                (7, jsonrpc.UPSTREAM_STREAM_BROKEN)
+            ]
+        assert not any(e.id for e in rest)
+        assert rest[-1].retry == 1000
+        gone = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        assert gone.status == 404
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+        metrics = gw.app[METRICS].render().decode()
+        assert "mcp_sse_gateway_streams_store_lost_total 0.0" in metrics
+
+
 async def test_upstream_break_gives_jsonrpc_error_for_each_pending_request(upstream, gateway, http):
     async def breaks(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
