@@ -92,9 +92,13 @@ class _QuietRequestHandler(RequestHandler):
     ) -> web.StreamResponse:
         if status == HTTPStatus.INTERNAL_SERVER_ERROR:
             return super().handle_error(request, status, exc, message)
-        # A request the parser refused: the client's doing, logged as one line without the
-        # parser's message (it quotes the offending line: a cookie, a token, the query).
-        log.info("client.bad_request", status=status, error=type(exc).__name__ if exc else None)
+        if status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            # The gateway's failure (a handler timed out: 504), not the client's: an error line.
+            _log_failure(None, exc if exc is not None else sys.exc_info()[1], status=status)
+        else:
+            # A request the parser refused: the client's doing, logged as one line without the
+            # parser's message (it quotes the offending line: a cookie, a token, the query).
+            log.info("client.bad_request", status=status, error=type(exc).__name__ if exc else None)
         if request.writer.output_size > 0:
             raise ConnectionError("the response has started: no error response can follow")
         response = web.Response(status=status, text=f"{status} {HTTPStatus(status).phrase}")
@@ -112,12 +116,21 @@ class _QuietRequestHandler(RequestHandler):
         if isinstance(exc, (HttpProcessingError, RequestPayloadError)):
             log.info("client.bad_request", error=type(exc).__name__)
             return
-        log.error(
-            "server.request_failed",
-            what=args[0] if args and isinstance(args[0], str) else None,
-            error=type(exc).__name__ if exc is not None else None,
-            stack="".join(traceback.format_tb(exc.__traceback__)) if exc is not None else None,
-        )
+        _log_failure(args[0] if args and isinstance(args[0], str) else None, exc)
+
+
+def _log_failure(what: str | None, exc: BaseException | None, status: int | None = None) -> None:
+    """Log one ``server.request_failed`` error line.
+
+    It carries the exception's type and frames, never its message (it may quote request data).
+    """
+    log.error(
+        "server.request_failed",
+        what=what,
+        status=status,
+        error=type(exc).__name__ if exc is not None else None,
+        stack="".join(traceback.format_tb(exc.__traceback__)) if exc is not None else None,
+    )
 
 
 class _QuietServer(web.Server):

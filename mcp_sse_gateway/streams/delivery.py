@@ -501,7 +501,9 @@ async def deliver(
                 # it with retry; the client resumes and gets a clean answer (400 if trimmed).
                 log.warning("stream.delivery_failed", error=type(exc).__name__)
                 ended = "error"
-        await close_with_retry(sink, settings.sse.retry_ms)
+        if not await close_with_retry(sink, settings.sse.retry_ms):
+            log.info("subscriber.dropped_slow", cursor=delivery.cursor.offset)
+            ended = "slow_reader"
         return _delivered(delivery, ended)
     finally:
         metrics.streams_active.dec()

@@ -140,10 +140,23 @@ class LocalFeed:
         self._wake()
 
     def push(self, data: str, event: str | None) -> None:
-        """Add an event that was never stored (lost mode) and wake the reader."""
+        """Add an event that was never stored (lost mode) and wake the reader.
+
+        Bounded like stored events: what the reader passed is trimmed beyond the recent bounds
+        (nothing resumes a lost stream), and unread events beyond ``max_lost_events`` or
+        :data:`AHEAD_BYTES` go first (the reader that still needed them is cut).
+        """
         self._events.append(FeedEvent(None, data, event))
-        if len(self._events) > self._max_lost:
-            self._events.popleft()
+        self._bytes += len(data)
+        while len(self._events) > 1 and (
+            len(self._events) > self._max_lost
+            or self._bytes > AHEAD_BYTES
+            or (
+                self._first < self.reader_at
+                and (len(self._events) > RECENT_EVENTS or self._bytes > RECENT_BYTES)
+            )
+        ):
+            self._bytes -= len(self._events.popleft().data)
             self._first += 1
         self._wake()
 

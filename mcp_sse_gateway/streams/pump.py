@@ -27,6 +27,7 @@ Sans-IO towards HTTP: the upstream is an async iterator of byte chunks (which ra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from mcp_sse_gateway.errors import (
     UnknownStream,
     UpstreamError,
 )
-from mcp_sse_gateway.sse import SSEDecoder
+from mcp_sse_gateway.sse import ServerSentEvent, SSEDecoder
 from mcp_sse_gateway.store.base import EventStore, Lease
 from mcp_sse_gateway.streams.feed import LocalFeed
 from mcp_sse_gateway.streams.life import StreamLife
@@ -77,12 +78,16 @@ class PumpResult:
     """What a pump did, for the canonical ``stream.finished`` log line.
 
     Attributes:
-        events: events appended (upstream messages plus the gateway's own errors).
+        events: events stored (upstream messages plus the gateway's own errors); those a lost
+            stream's feed carried unstored are not counted.
         broken: the upstream ended or failed before every response arrived.
         pending: request ids left without a response when the upstream ended.
         store_lost: the store failed mid-stream: later events went to the local feed only, or
             (without a stream life to carry them) were not read.
         lease_lost: an append was refused: the session's lease is another replica's now.
+        resumable: some body of the upstream primed or sent ``retry``: it closes on purpose
+            (SEP-1699), and its clean ends are polling, not failures.
+        retry_ms: the upstream's last ``retry``, ms (None: it sent none).
     """
 
     events: int = 0
@@ -90,6 +95,12 @@ class PumpResult:
     pending: list[jsonrpc.JSONRPCId] = field(default_factory=list)
     store_lost: bool = False
     lease_lost: bool = False
+    resumable: bool = False
+    retry_ms: int | None = None
+
+
+class _Abandoned(Exception):
+    """The stream is lost and its reader left: what the upstream still sends has no reader."""
 
 
 @dataclass(slots=True)
@@ -118,7 +129,16 @@ class _Sink:
     def lost(self) -> bool:
         return self.feed is not None and self.feed.lost
 
-    async def put(self, events: list[tuple[str, str | None]], pending: list[str] | None) -> None:
+    async def put(self, events: list[tuple[str, str | None]], pending: list[str] | None) -> bool:
+        """Store *events* (then add them to the feed), or push them unstored once lost.
+
+        Returns:
+            Whether they were stored.
+
+        Raises:
+            _Abandoned: lost, and the client that read the stream left: no one can ever read
+                what follows (a lost stream is not resumable).
+        """
         stream, feed = self.stream, self.feed
         if feed is None or not feed.lost:
             try:
@@ -133,9 +153,12 @@ class _Sink:
             else:
                 if feed is not None:
                     feed.add_stored(last - len(events) + 1, events)
-                return
+                return True
+        if stream is not None and stream.reader is None and feed.reader_at > 0:
+            raise _Abandoned
         for data, event in events:
             feed.push(data, event)
+        return False
 
     def _go_lost(self, stream: StreamLife, failure: StoreUnavailable | UnknownStream) -> None:
         """From now on the feed carries the stream on alone, unstored (lost mode).
@@ -223,25 +246,39 @@ async def run_pump(
     result = PumpResult()
     sink = _Sink(store, session_id, life, stream, on_store_lost, lease, on_dropped)
     resumes = 0
+    # One decoder for every body: the upstream's last event id carries over a body without ids
+    # (as EventSource's does across reconnections); each body's framing starts afresh.
+    decoder = SSEDecoder(max_event_bytes=max_event_bytes)
+    # The upstream showed it is resumable (it primed or sent retry on some body): its later
+    # clean ends are deliberate too, a replay body without either included.
+    resumable = False
+    retry_ms: int | None = None
+    resumed = False
     try:
         while True:
-            decoder = SSEDecoder(max_event_bytes=max_event_bytes)
             before = result.events
-            closed = await _read_body_or_end(sink, body, decoder, pending, result)
+            closed = await _read_body_or_end(
+                sink, body, decoder, pending, result, stop_when_answered=resumed
+            )
+            if resumed:
+                await _close_body(body)
+            decoder.end()
             if closed is None:
                 break
+            result.resumable = resumable = resumable or closed.on_purpose
+            if closed.retry_ms is not None:
+                result.retry_ms = retry_ms = closed.retry_ms
             upstream_id = decoder.last_event_id
             # Only an upstream that closed on purpose (it primed, or sent retry: SEP-1699) is
             # resumed; one that just stopped (a crash, no resumability) is not asked for a
             # replay it may answer with unrelated messages.
-            if not pending or reopen is None or not upstream_id or not closed.on_purpose:
+            if not pending or reopen is None or not upstream_id or not resumable:
                 result.broken = bool(pending)
                 break
             resumes = 0 if result.events > before else resumes + 1
             if resumes > MAX_UPSTREAM_RESUMES:
                 result.broken = True
                 break
-            retry_ms = closed.retry_ms
             await asyncio.sleep(
                 retry_ms / 1000 if retry_ms is not None else DEFAULT_UPSTREAM_RETRY_S
             )
@@ -250,8 +287,11 @@ async def run_pump(
                 result.broken = True
                 break
             log.info("upstream.resumed", resumes=resumes)
-            body = reopened
+            body, resumed = reopened, True
     finally:
+        if resumed:  # a cancelled pump leaves no resumed upstream GET open
+            with contextlib.suppress(Exception):
+                await _close_body(body)
         result.pending = list(pending)
         result.store_lost = result.store_lost or (sink.lost and not sink.dropped)
         await _settle(sink, result, finish=finish)
@@ -278,6 +318,8 @@ async def _read_body_or_end(
     decoder: SSEDecoder,
     pending: dict[jsonrpc.JSONRPCId, None],
     result: PumpResult,
+    *,
+    stop_when_answered: bool,
 ) -> _Closed | None:
     """Read one upstream body into the sink; how it closed, or None when it ended the pump.
 
@@ -285,7 +327,13 @@ async def _read_body_or_end(
     hang on a stream whose pump died).
     """
     try:
-        closed = await _read_body(sink, body, decoder, pending, result)
+        closed = await _read_body(
+            sink, body, decoder, pending, result, stop_when_answered=stop_when_answered
+        )
+    except _Abandoned:
+        # Lost, and its client gone: nothing can read what follows; stop reading the upstream.
+        log.info("stream.abandoned", pending=len(pending))
+        pending.clear()
     except LeaseLost:
         # Another replica pumps the session's upstream GET now: this one must stop.
         log.info("standalone.lease_lost")
@@ -319,8 +367,13 @@ async def _read_body(
     decoder: SSEDecoder,
     pending: dict[jsonrpc.JSONRPCId, None],
     result: PumpResult,
+    *,
+    stop_when_answered: bool = False,
 ) -> _Closed:
     """Append every message of one upstream body; how it closed (its last ``retry``, ms).
+
+    With *stop_when_answered*, reading stops after the chunk that settled the last pending
+    request: a resumed upstream may hold its replay open with nothing left to send on it.
 
     Raises:
         EventTooLarge: after appending what the same chunk completed before the big event.
@@ -333,25 +386,45 @@ async def _read_body(
         except EventTooLarge as too_large:
             events, failure = too_large.events, too_large  # type: ignore[assignment]
         # One store call per chunk: under load a chunk carries many events.
-        batch: list[tuple[str, str | None]] = []
-        settled = False
-        for event in events:
-            if event.retry is not None:
-                closed.retry_ms, closed.on_purpose = event.retry, True
-            if not event.data:
-                # No data (id/retry only) or the upstream's own priming event.
-                if event.id:
-                    closed.on_purpose = True
-                continue
-            for rid in _response_ids(event.data):
-                settled = pending.pop(rid, 0) is None or settled
-            batch.append((event.data, _event_type(event.event)))
-        if batch:
-            await sink.put(batch, pending_errors(list(pending)) if settled else None)
+        batch, settled = _scan(events, closed, pending)
+        if batch and await sink.put(batch, pending_errors(list(pending)) if settled else None):
             result.events += len(batch)
         if failure is not None:
             raise failure
+        if stop_when_answered and settled and not pending:
+            break
     return closed
+
+
+def _scan(
+    events: list[ServerSentEvent], closed: _Closed, pending: dict[jsonrpc.JSONRPCId, None]
+) -> tuple[list[tuple[str, str | None]], bool]:
+    """The events to store of one chunk, and whether one settled a pending request.
+
+    Notes on *closed* the signs of a close on purpose (priming, ``retry``); pops settled ids
+    from *pending*.
+    """
+    batch: list[tuple[str, str | None]] = []
+    settled = False
+    for event in events:
+        if event.retry is not None:
+            closed.retry_ms, closed.on_purpose = event.retry, True
+        if not event.data:
+            # No data (id/retry only) or the upstream's own priming event.
+            if event.id:
+                closed.on_purpose = True
+            continue
+        for rid in _response_ids(event.data):
+            settled = pending.pop(rid, 0) is None or settled
+        batch.append((event.data, _event_type(event.event)))
+    return batch, settled
+
+
+async def _close_body(body: Chunks) -> None:
+    """Close a body the pump is done with (its ``finally`` releases the upstream response)."""
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def _event_type(event: str | None) -> str | None:
@@ -370,11 +443,12 @@ async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
     """Append the gateway's error for each pending request, then the terminal marker."""
     errors = pending_errors(result.pending)
     try:
-        if errors:
-            await sink.put([(data, None) for data in errors], [])
+        if errors and await sink.put([(data, None) for data in errors], []):
             result.events += len(errors)
         if finish and not sink.lost:
             await sink.store.finish(sink.session_id, sink.life)
+    except _Abandoned:
+        pass
     except (StoreError, StreamError):
         log.warning("store.settle_failed", pending=len(result.pending))
     except Exception:  # whatever failed, the pump ends normally (log.exception: a bug)

@@ -412,7 +412,23 @@ class RequestStreams:
 
     def _dropped(self, stream: StreamLife) -> None:
         """The stream was dropped under its pump: the feed carries it on; retire the life."""
-        self._ctx.registry.spawn(self._retire(stream), name="stream.retire", background=True)
+        self._ctx.registry.spawn(
+            self._retire_dropped(stream), name="stream.retire", background=True
+        )
+
+    async def _retire_dropped(self, stream: StreamLife) -> None:
+        """Retire a stream dropped under its pump; count it lost if the store lost it.
+
+        A session deleted (tombstoned) or expired drops its streams on purpose. One whose
+        session still lives lost it to the store (Redis restarted empty, evicted keys): that is
+        an outage of the store, counted in ``streams_store_lost`` like one.
+        """
+        with contextlib.suppress(StoreError):
+            record = await self._ctx.store.get_session(stream.session_id, refresh=False)
+            if record is not None and not record.deleted:
+                log.warning("store.lost_stream", life=stream.life[:8])
+                self._ctx.metrics.streams_store_lost.inc()
+        await self._retire(stream)
 
     async def _retire(self, stream: StreamLife) -> None:
         """Drop a stream life that has a gap from the store (so resumes get 400), then the feed.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Protocol
 
 from mcp_sse_gateway.errors import ClientGone, SlowReader
@@ -47,10 +46,19 @@ class ClientSink(Protocol):
         ...
 
 
-async def close_with_retry(sink: ClientSink, retry_ms: int) -> None:
+async def close_with_retry(sink: ClientSink, retry_ms: int) -> bool:
     """Send ``retry`` then end the response: a client that reconnects waits *retry_ms*.
 
     The field and the end of the response go in one write (one send for the connection).
+
+    Returns:
+        False when that write stayed blocked for ``sse.slow_reader_cut_s`` and the connection
+        was cut (a slow reader), else True (a client already gone included).
     """
-    with contextlib.suppress(ClientGone, SlowReader):
+    try:
         await sink.end(encode_retry(retry_ms))
+    except SlowReader:
+        return False
+    except ClientGone:
+        pass
+    return True

@@ -18,6 +18,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import structlog
@@ -43,9 +44,40 @@ STANDALONE_STOP = frozenset({400, 401, 403, 404, 405})
 #: once is not asked again every ``retry_ms``, for every session, for as long as they live).
 STANDALONE_QUICK_END_S = 1.0
 
+#: Cap on the exponent of the backoff (2**6 * retry_ms already passes the maximum delay).
+_BACKOFF_MAX_DOUBLINGS = 16
+
 #: How one upstream GET body ended: the session is gone, the lease is another replica's, the
 #: store lost events, or it just ended.
 BodyEnd = Literal["gone", "lease_lost", "store_lost", "ended"]
+
+
+def backoff_s(base_s: float, failures: int) -> float:
+    """The delay before the next re-open after *failures* in a row, seconds.
+
+    *base_s* doubled per failure, at most :data:`STANDALONE_BACKOFF_MAX_S`, times a jitter in
+    [0.5, 1] (replicas re-opening many sessions at once spread out). Any count is fine: the
+    exponent is capped, so a session failing for days never overflows it.
+    """
+    delay_s = min(base_s * (1 << min(failures, _BACKOFF_MAX_DOUBLINGS)), STANDALONE_BACKOFF_MAX_S)
+    return delay_s * random.uniform(0.5, 1.0)  # noqa: S311
+
+
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """One upstream GET body, pumped.
+
+    Attributes:
+        ended: how it ended.
+        events: the events it stored.
+        polled_s: the upstream closed it on purpose (it primed or sent ``retry``, SEP-1699):
+            re-open after this many seconds (its ``retry``, else ``sse.retry_ms``), no backoff.
+            None: it just ended.
+    """
+
+    ended: BodyEnd
+    events: int = 0
+    polled_s: float | None = None
 
 
 class StandalonePump:
@@ -166,35 +198,52 @@ class StandalonePump:
         # Upstream GETs in a row that ended at once without an event (see _open_again).
         empty = 0
         loop = asyncio.get_running_loop()
+        polled_s: float | None = None
         while True:
             if response is not None:
                 opened_at = loop.time()
-                ended, events = await self._run_body(response)
+                body = await self._run_body(response)
+                ended, polled_s = body.ended, body.polled_s
                 if ended in {"gone", "lease_lost"}:
                     self._lost = ended == "lease_lost"
                     self.stopped = ended
                     return
+                # An upstream polling its GET (SEP-1699) closes it quickly on purpose: not a
+                # failure, it is re-opened after its retry.
                 quick = loop.time() - opened_at < STANDALONE_QUICK_END_S
-                empty = empty + 1 if events == 0 and quick else 0
-            response = await self._open_again(ended, open_now=open_now, failures=empty)
+                empty = empty + 1 if body.events == 0 and quick and polled_s is None else 0
+            response = await self._open_again(
+                ended, open_now=open_now, failures=empty, polled_s=polled_s
+            )
             if response is None:
                 return
             open_now = False
 
     async def _open_again(
-        self, ended: BodyEnd, *, open_now: bool, failures: int = 0
+        self,
+        ended: BodyEnd,
+        *,
+        open_now: bool,
+        failures: int = 0,
+        polled_s: float | None = None,
     ) -> UpstreamResponse | None:
         """Re-open the upstream GET, with backoff while it fails; None: stop for good.
 
         *failures* counts the GETs before that ended at once without an event: the first
         delay grows with them as with failed opens (up to :data:`STANDALONE_BACKOFF_MAX_S`).
+        *polled_s*: the upstream closed its GET on purpose and asked for this delay, seconds
+        (bounded by :data:`STANDALONE_BACKOFF_MIN_S` and :data:`STANDALONE_BACKOFF_MAX_S`),
+        used for the first re-open as it is.
         """
         base_s = max(self._ctx.settings.sse.retry_ms / 1000, STANDALONE_BACKOFF_MIN_S)
         while True:
-            if not open_now:
-                delay_s = min(base_s * 2**failures, STANDALONE_BACKOFF_MAX_S)
-                await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311
-            open_now = False
+            if polled_s is not None and not open_now:
+                await asyncio.sleep(
+                    min(max(polled_s, STANDALONE_BACKOFF_MIN_S), STANDALONE_BACKOFF_MAX_S)
+                )
+            elif not open_now:
+                await asyncio.sleep(backoff_s(base_s, failures))
+            open_now, polled_s = False, None
             call = self._latest_call()
             try:
                 if not await self._session_alive():
@@ -239,10 +288,10 @@ class StandalonePump:
         record = await self._ctx.store.get_session(self._session_id, refresh=False)
         return record is not None and not record.deleted
 
-    async def _run_body(self, response: UpstreamResponse) -> tuple[BodyEnd, int]:
+    async def _run_body(self, response: UpstreamResponse) -> _Body:
         """Pump one upstream GET body, renewing the lease every third of ``lease_ttl_s``.
 
-        Returns how it ended and the events it stored.
+        Returns how it ended, the events it stored and whether it was closed on purpose.
 
         A watchdog checks the session every ``session_idle_ttl_s / 4`` seconds (at most a
         minute): an upstream GET that never ends must not keep an idle session's pump alive.
@@ -272,16 +321,23 @@ class StandalonePump:
         result = None if pump.cancelled() else pump.result()
         events = result.events if result is not None else 0
         if stopped is not None:
-            return stopped, events
+            return _Body(stopped, events)
         if result is not None and result.lease_lost:
-            return "lease_lost", events
+            return _Body("lease_lost", events)
         if result is not None and result.store_lost:
             self._ctx.metrics.streams_store_lost.inc()
-            return "store_lost", events
+            return _Body("store_lost", events)
+        polled_s = None
+        if result is not None and result.resumable:
+            retry_ms = result.retry_ms
+            polled_s = (
+                retry_ms if retry_ms is not None else self._ctx.settings.sse.retry_ms
+            ) / 1000
         try:
-            return ("ended" if await self._session_alive() else "gone"), events
+            alive = await self._session_alive()
         except StoreError:
-            return "store_lost", events
+            return _Body("store_lost", events)
+        return _Body("ended" if alive else "gone", events, polled_s)
 
     async def _watch(self, pump: asyncio.Future[PumpResult], check_s: float) -> BodyEnd | None:
         """While *pump* runs: check the session every *check_s*; why to stop it, or None."""

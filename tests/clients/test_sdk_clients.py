@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_sse_gateway.example.content import sha256_hex
 from mcp_sse_gateway.example.process import example_upstream
 from tests.support.chaos import chaos_proxy
-from tests.support.sdk_clients import python_call, ts_call
+from tests.support.sdk_clients import python_call, ts_call, ts_polling_upstream
 
 NOTIFICATIONS = 40
 INTERVAL_MS = 10
@@ -94,6 +94,24 @@ async def test_typescript_sdk_long_call(gateway, network):
     ]
     assert outcome["result"]["content"][0]["text"] == f"sent {NOTIFICATIONS} notifications"
     assert _indexes(logged) == list(range(NOTIFICATIONS))
+
+
+# The gap after each close: shorter than the client's and the gateway's retry (the answer comes
+# on a re-opened GET), or longer (it comes while nothing is open: the upstream's replay holds it
+# and then stays open).
+@pytest.mark.parametrize("gap_ms", [20, 600], ids=["answer_on_a_reopened_get", "answer_in_a_gap"])
+async def test_a_resumable_upstream_closing_again_and_again_is_resumed_each_time(gateway, gap_ms):
+    """A TypeScript SDK upstream with an event store polls its client three times (SEP-1699):
+    its replays carry neither priming nor retry, yet each later close is one on purpose too."""
+    closes = 3
+    async with (
+        ts_polling_upstream(closes, gap_ms) as upstream_url,
+        gateway(upstream_url) as gw,
+    ):
+        logged, result = await python_call(gw.mcp_url, "close_and_answer", {})
+    assert not result.is_error, result
+    assert result.content[0].text == f"answered after {closes} closes"
+    assert [item["round"] for item in logged] == list(range(closes))
 
 
 async def test_example_upstream_bare_surface():

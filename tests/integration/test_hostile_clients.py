@@ -247,6 +247,49 @@ async def test_a_line_too_long_is_refused_without_logging_what_it_held(
     assert not upstream.requests
 
 
+@pytest.mark.parametrize(
+    "case",
+    [(RuntimeError("SECRET"), b" 500 Internal Server Error"), (TimeoutError("SECRET"), b" 504 ")],
+    ids=["bug", "timeout"],
+)
+async def test_a_failing_handler_is_an_error_line_without_what_the_request_held(
+    upstream, gateway, caplog, monkeypatch, case
+):
+    """A failure of the gateway's own (a bug; a timeout escaping a handler, which aiohttp
+    answers 504) is logged at error with its type and frames, for the operator, and never its
+    message, nor the request's token or cookie; the client gets the bare status."""
+    import logging
+
+    import structlog
+
+    from mcp_sse_gateway.web import relay
+
+    failure, status = case
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(relay, "_forward_headers", fails)
+    caplog.set_level(logging.DEBUG)
+    async with gateway(upstream.url) as gw:
+        with structlog.testing.capture_logs() as logs:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            writer.write(
+                b"GET /other?token=SECRET HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Cookie: a=SECRET\r\nConnection: close\r\n\r\n"
+            )
+            await writer.drain()
+            answer = await _closed_within(reader, DEADLINE_S)
+            writer.close()
+    assert status in answer.split(b"\r\n", 1)[0]
+    assert b"SECRET" not in answer
+    assert "SECRET" not in repr(logs)
+    assert "SECRET" not in caplog.text
+    failed = [e for e in logs if e["event"] == "server.request_failed"]
+    assert [(e["log_level"], e["error"]) for e in failed] == [("error", type(failure).__name__)]
+    assert "fails" in failed[0]["stack"]
+
+
 async def test_an_undecodable_body_is_refused_without_an_error_line(upstream, gateway, caplog):
     """A gzip body that does not decode is the client's fault: a 400, and no error logged."""
     import logging

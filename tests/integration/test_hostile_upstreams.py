@@ -238,3 +238,48 @@ async def test_a_standalone_get_the_upstream_closes_at_once_is_reopened_ever_lat
         # 0.1 s x 2^4 x 0.5 (jitter).
         assert gaps[4] >= 0.7, gaps
         assert gaps[4] > gaps[0]
+
+
+async def test_a_standalone_get_the_upstream_polls_is_reopened_after_its_retry(
+    upstream, gateway, http
+):
+    """An upstream polling its GET stream (SEP-1699: it primes with ``retry``, then closes the
+    stream soon) is not failing: every GET is re-opened after its retry, never backed off, so a
+    message it queued while no GET was open reaches the client within about one retry."""
+    import time
+
+    gets: list[float] = []
+    queued: list[str] = []
+    routes = upstream.routes
+
+    async def polls(request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return await routes_before(request)
+        gets.append(time.monotonic())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"id: poll-{len(gets)}\nretry: 50\ndata:\n\n".encode())
+        while queued:
+            await response.write(f"data: {queued.pop(0)}\n\n".encode())
+        await asyncio.sleep(0.1)
+        return response
+
+    # The gateway's own retry is long: the upstream's is the one that counts.
+    async with gateway(upstream.url, sse={"retry_ms": 2000}) as gw:
+        await _initialize(upstream, http, gw)
+        routes_before = routes["/mcp"]
+        routes["/mcp"] = polls
+        response = await http.get(gw.mcp_url, headers=_headers())
+        assert response.status == 200
+        # Backed off from 2 s, the eighth GET would come after more than a minute.
+        await eventually(lambda: len(gets) >= 8, timeout_s=20)
+        note = '{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"queued"}}'
+        queued.append(note)
+        datas: list[str] = []
+        async with asyncio.timeout(20):
+            while not datas:
+                events, ended = await read_events(response, until=1)
+                assert not ended
+                datas += [e.data for e in events if e.data]
+        assert datas == [note]
+        response.close()

@@ -346,6 +346,89 @@ async def test_a_call_open_when_its_session_is_deleted_still_reaches_its_client(
         assert "mcp_sse_gateway_streams_store_lost_total 0.0" in metrics
 
 
+async def test_a_stream_the_store_lost_while_its_session_lives_counts_as_store_lost(
+    upstream, gateway, http
+):
+    """The store lost a running call's stream (Redis restarted empty, keys evicted) while the
+    session lives: the attached client still gets the rest, without ids, and the operator sees
+    it as a store outage (``streams_store_lost``, a warning), not as a deleted session."""
+    go_on = asyncio.Event()
+
+    async def tool(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await asyncio.wait_for(go_on.wait(), DEADLINE_S)
+        await response.write(f"data: {json.dumps(_result(7))}\n\n".encode())
+        return response
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = tool
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=2)
+        cursor = parse_event_id(first[-1].id)
+        assert cursor is not None
+        await gw.app[STREAMS].ctx.store.drop_stream(SESSION, cursor.life)  # the loss
+        go_on.set()
+        rest, ended = await read_events(response)
+        assert ended
+        assert _messages(rest) == [_result(7)]
+        assert not any(e.id for e in rest)
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+        metrics = gw.app[METRICS].render().decode()
+        assert "mcp_sse_gateway_streams_store_lost_total 1.0" in metrics
+
+
+async def test_a_call_whose_session_is_deleted_after_its_client_left_is_no_longer_read(
+    upstream, gateway, http
+):
+    """The client left, then DELETE dropped the call's stream: nothing can ever read what the
+    upstream still sends (a resume gets 404), so the gateway stops reading it (closing the
+    upstream request) instead of buffering it for no one until the upstream is done."""
+    go_on, cut = asyncio.Event(), asyncio.Event()
+    blob = "x" * 4096
+
+    async def tool(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await asyncio.wait_for(go_on.wait(), DEADLINE_S)
+        try:
+            for index in range(10_000):  # at most ~40 MiB, ~20 s
+                note = {**_notification(index), "params": {"data": index, "blob": blob}}
+                await response.write(f"data: {json.dumps(note)}\n\n".encode())
+                await asyncio.sleep(0.002)
+        except (ConnectionError, asyncio.CancelledError):
+            cut.set()  # the gateway closed the request: cancelled, or the write failed
+            raise
+        return response
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = tool
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=2)  # priming and the first notification
+        response.close()  # the client goes away
+        await eventually(lambda: not _attached(gw))
+
+        async def deleted(request: web.Request) -> web.StreamResponse:
+            return web.Response(status=200)
+
+        upstream.routes["/mcp"] = deleted
+        assert (await http.delete(gw.mcp_url, headers=_headers())).status == 200
+        go_on.set()
+        await asyncio.wait_for(cut.wait(), DEADLINE_S)
+        gone = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": first[-1].id}))
+        assert gone.status == 404
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+
+
+def _attached(gw) -> bool:
+    """Whether a client connection of *gw* reads any stream."""
+    return bool(gw.app[REGISTRY].attachments())
+
+
 async def test_upstream_break_gives_jsonrpc_error_for_each_pending_request(upstream, gateway, http):
     async def breaks(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

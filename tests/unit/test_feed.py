@@ -61,6 +61,26 @@ def test_lost_mode_keeps_unstored_events_after_the_stored_ones():
     assert [e.data for e in feed.read(2, 10)] == ["c", "d", "e"]
 
 
+def test_lost_mode_bounds_unstored_events_by_bytes_and_trims_what_the_reader_passed():
+    """Unstored events of any size: the feed holds at most AHEAD_BYTES of them unread (a
+    reader that needed the dropped ones is cut), and what its reader passed goes beyond the
+    recent bounds, as for stored events."""
+    feed = LocalFeed()
+    feed.lose()
+    big = "x" * (64 * 1024)
+    pushed = 3 * AHEAD_BYTES // len(big)
+    for _ in range(pushed):
+        feed.push(big, None)
+    held = feed.read(feed.end - pushed, 1)
+    assert held is None  # the oldest are gone
+    first_kept = next(p for p in range(feed.end) if feed.read(p, 1) is not None)
+    assert (feed.end - first_kept) * len(big) <= AHEAD_BYTES
+    assert feed.read(feed.end - 1, 1) == [FeedEvent(None, big)]  # the reader passed the rest
+    for _ in range(RECENT_EVENTS):
+        feed.push("small", None)
+    assert feed.read(first_kept, 1) is None  # passed and trimmed: the big ones went first
+
+
 async def test_wait_wakes_on_new_events_and_on_close_and_times_out_otherwise():
     feed = LocalFeed()
     assert await feed.wait(0, 0.01) is False

@@ -137,6 +137,25 @@ async def test_polling_close_right_after_priming_unless_resuming():
     assert resumed.datas() == ["a"]
 
 
+async def test_a_reader_cut_at_the_closing_retry_is_counted_as_a_slow_reader():
+    """The closing ``retry`` stayed blocked (the client stopped reading just then): the
+    connection was cut, and it ended as a slow reader, not as the poll it was about to be."""
+
+    class SlowAtTheEnd(ListSink):
+        async def end(self, last: bytes = b"") -> None:
+            del last
+            raise SlowReader
+
+    stage = _Stage(_settings({"poll_after_ms": 0}))
+    await stage.create("a")
+    delivered = await asyncio.wait_for(stage.deliver(SlowAtTheEnd()), DEADLINE_S)
+    assert delivered.ended == "slow_reader"
+    counted = stage.metrics.registry.get_sample_value(
+        "mcp_sse_gateway_stream_connections_ended_total", {"reason": "slow_reader"}
+    )
+    assert counted == 1
+
+
 async def test_a_replay_that_never_catches_up_closes_after_its_passes():
     stage = _Stage(_settings(store={"replay_batch_events": 2, "replay_max_passes": 2}))
     await stage.create(*"abcdefghij")
@@ -510,6 +529,74 @@ async def test_an_upstream_that_just_stops_is_not_resumed():
     assert datas[0] == {"method": "n"}
     assert datas[1]["id"] == 1
     assert datas[1]["error"]["code"] == UPSTREAM_STREAM_BROKEN
+    assert read.finished
+
+
+async def test_a_resumed_upstream_that_closes_again_without_priming_is_resumed_again():
+    """A replay body (the TypeScript SDK's) carries neither priming nor retry: the upstream
+    showed it is resumable on the first body, so its later clean ends are deliberate too, and
+    it is asked again from its last event id, at its last retry."""
+    stage = _Stage()
+    await stage.create()
+    asked: list[str] = []
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    bodies = [
+        _chunks(sse('{"method":"second"}', event_id="up-11")),  # replay, closed on purpose
+        _chunks(),  # nothing new yet: closed again, no id in it
+        _chunks(sse(answer, event_id="up-12")),
+    ]
+
+    async def reopen(last_event_id: str) -> Any:
+        asked.append(last_event_id)
+        return bodies.pop(0)
+
+    first = _chunks(b"id: up-9\nretry: 1\ndata:\n\n", sse('{"method":"first"}', event_id="up-10"))
+    result = await run_pump(
+        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
+    )
+    assert asked == ["up-10", "up-11", "up-11"]
+    assert not result.broken
+    read = await stage.store.read(SID, stage.life, 0, 10)
+    assert [e.data for e in read.events] == ['{"method":"first"}', '{"method":"second"}', answer]
+    assert read.finished
+
+
+async def test_a_resumed_upstream_body_held_open_after_the_answer_is_closed():
+    """The upstream answered while no one was connected: its replay holds the answer and then
+    stays open (nothing left to send on it). The call is done: the pump ends the stream rather
+    than waiting on the body for as long as the upstream keeps it."""
+    stage = _Stage()
+    await stage.create()
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    closed = asyncio.Event()
+
+    async def held_open() -> Any:
+        try:
+            yield sse(answer, event_id="up-11")
+            await asyncio.Event().wait()
+        finally:
+            closed.set()
+
+    async def reopen(last_event_id: str) -> Any:
+        return held_open()
+
+    first = _chunks(b"retry: 1\n\n", sse('{"method":"n"}', event_id="up-10"))
+    result = await asyncio.wait_for(
+        run_pump(
+            stage.store,
+            SID,
+            stage.life,
+            first,
+            request_ids=[1],
+            max_event_bytes=1 << 16,
+            reopen=reopen,
+        ),
+        DEADLINE_S,
+    )
+    assert not result.broken
+    assert closed.is_set()
+    read = await stage.store.read(SID, stage.life, 0, 10)
+    assert [e.data for e in read.events] == ['{"method":"n"}', answer]
     assert read.finished
 
 
@@ -929,3 +1016,18 @@ async def test_what_the_upstream_answers_after_the_commit_is_counted(answer: Any
     read = await streams.ctx.store.read(SID, stream.life, 0, 10)
     assert len(read.events) == 1
     assert read.finished
+
+
+# Standalone re-open backoff ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failures", [0, 1, 4, 9, 1024, 10**6])
+def test_the_standalone_backoff_grows_to_its_bound_for_any_count_of_failures(failures: int):
+    """2**failures overflowed a float after 1,024 failures in a row (a session whose upstream
+    closes every GET at once, for hours): the delay stays within its bounds for any count."""
+    from mcp_sse_gateway.streams.standalone_pump import STANDALONE_BACKOFF_MAX_S, backoff_s
+
+    base_s = 0.1
+    expected = min(base_s * 2 ** min(failures, 64), STANDALONE_BACKOFF_MAX_S)
+    delays = [backoff_s(base_s, failures) for _ in range(50)]
+    assert all(expected * 0.5 <= d <= expected for d in delays), (expected, delays[:3])
