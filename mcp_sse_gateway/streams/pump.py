@@ -59,6 +59,8 @@ BROKEN_MESSAGE = "Upstream stream ended before the response (gateway)"
 MAX_UPSTREAM_RESUMES = 32
 #: Used when a resumable upstream closed on purpose without sending ``retry``, seconds.
 DEFAULT_UPSTREAM_RETRY_S = 1.0
+#: The shortest wait before resuming an upstream, whatever its ``retry`` (0 included), seconds.
+MIN_UPSTREAM_RETRY_S = 0.1
 
 Chunks = AsyncIterator[bytes]
 #: ``reopen(last_event_id)`` → a new upstream body, or None when the upstream refuses to resume.
@@ -256,7 +258,7 @@ async def run_pump(
     resumed = False
     try:
         while True:
-            before = result.events
+            before = decoder.last_event_id
             closed = await _read_body_or_end(
                 sink, body, decoder, pending, result, stop_when_answered=resumed
             )
@@ -275,12 +277,16 @@ async def run_pump(
             if not pending or reopen is None or not upstream_id or not resumable:
                 result.broken = bool(pending)
                 break
-            resumes = 0 if result.events > before else resumes + 1
+            # Progress is the upstream's last event id moving on (stored or not: a lost stream's
+            # events count too); a replay that repeats itself is not progress.
+            resumes = 0 if upstream_id != before else resumes + 1
             if resumes > MAX_UPSTREAM_RESUMES:
                 result.broken = True
                 break
             await asyncio.sleep(
-                retry_ms / 1000 if retry_ms is not None else DEFAULT_UPSTREAM_RETRY_S
+                max(retry_ms / 1000, MIN_UPSTREAM_RETRY_S)
+                if retry_ms is not None
+                else DEFAULT_UPSTREAM_RETRY_S
             )
             reopened = await reopen(upstream_id)
             if reopened is None:
@@ -333,7 +339,7 @@ async def _read_body_or_end(
     except _Abandoned:
         # Lost, and its client gone: nothing can read what follows; stop reading the upstream.
         log.info("stream.abandoned", pending=len(pending))
-        pending.clear()
+        result.broken = bool(pending)
     except LeaseLost:
         # Another replica pumps the session's upstream GET now: this one must stop.
         log.info("standalone.lease_lost")

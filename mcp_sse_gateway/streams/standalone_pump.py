@@ -210,8 +210,13 @@ class StandalonePump:
                     return
                 # An upstream polling its GET (SEP-1699) closes it quickly on purpose: not a
                 # failure, it is re-opened after its retry.
-                quick = loop.time() - opened_at < STANDALONE_QUICK_END_S
-                empty = empty + 1 if body.events == 0 and quick and polled_s is None else 0
+                quick_and_empty = (
+                    body.events == 0 and loop.time() - opened_at < STANDALONE_QUICK_END_S
+                )
+                empty = empty + 1 if quick_and_empty and polled_s is None else 0
+                if quick_and_empty and polled_s is not None:
+                    # Polled, but nothing came and it ended at once: at most one GET a second.
+                    polled_s = max(polled_s, STANDALONE_QUICK_END_S)
             response = await self._open_again(
                 ended, open_now=open_now, failures=empty, polled_s=polled_s
             )

@@ -240,6 +240,37 @@ async def test_a_standalone_get_the_upstream_closes_at_once_is_reopened_ever_lat
         assert gaps[4] > gaps[0]
 
 
+async def test_a_standalone_get_polled_with_retry_0_and_nothing_in_it_is_reopened_once_a_second(
+    upstream, gateway, http
+):
+    """An upstream priming every GET with ``retry: 0`` and closing it at once, nothing sent:
+    polled, yet empty and quick, so at most one GET a second per session, not ten."""
+    import time
+
+    gets: list[float] = []
+    routes = upstream.routes
+
+    async def polls_empty(request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return await routes_before(request)
+        gets.append(time.monotonic())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"id: p-{len(gets)}\nretry: 0\ndata:\n\n".encode())
+        return response
+
+    async with gateway(upstream.url, sse={"retry_ms": 100}) as gw:
+        await _initialize(upstream, http, gw)
+        routes_before = routes["/mcp"]
+        routes["/mcp"] = polls_empty
+        response = await http.get(gw.mcp_url, headers=_headers())
+        assert response.status == 200
+        await eventually(lambda: len(gets) >= 4, timeout_s=20)
+        response.close()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(gets[:4])]
+    assert min(gaps) >= 0.9, gaps
+
+
 async def test_a_standalone_get_the_upstream_polls_is_reopened_after_its_retry(
     upstream, gateway, http
 ):

@@ -32,7 +32,7 @@ from mcp_sse_gateway.streams import Streams
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import KEEPALIVE, deliver
 from mcp_sse_gateway.streams.life import Phase, StreamLife
-from mcp_sse_gateway.streams.pump import run_pump
+from mcp_sse_gateway.streams.pump import MAX_UPSTREAM_RESUMES, MIN_UPSTREAM_RETRY_S, run_pump
 from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.standalone import standalone_life
 from mcp_sse_gateway.streams.upstream import UpstreamCall
@@ -598,6 +598,92 @@ async def test_a_resumed_upstream_body_held_open_after_the_answer_is_closed():
     read = await stage.store.read(SID, stage.life, 0, 10)
     assert [e.data for e in read.events] == ['{"method":"n"}', answer]
     assert read.finished
+
+
+class _StoreDown(MemoryStore):
+    """A memory store whose appends fail (a store outage) once ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def append_many(self, *args: Any, **kwargs: Any) -> int:
+        if self.down:
+            raise StoreUnavailable
+        return await super().append_many(*args, **kwargs)
+
+
+async def test_a_polling_upstream_is_resumed_during_an_outage_while_it_moves_on():
+    """The store is down (lost mode) while a client reads the feed, and the upstream polls more
+    than MAX_UPSTREAM_RESUMES times, a progress notification a body: its moving event id is
+    progress, stored or not, so the client gets its answer, not the gateway's error."""
+    store = _StoreDown()
+    life = new_life()
+    await store.create_stream(SID, life, kind="request", owner="r")
+    stream = Registry().life((session_digest(SID), life), SID, life)
+    feed = stream.start_feed(max_lost_events=1000)
+    stream.attach()
+    store.down = True
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    bodies = 0
+
+    async def reopen(last_event_id: str) -> Any:
+        nonlocal bodies
+        bodies += 1
+        if bodies > MAX_UPSTREAM_RESUMES + 3:
+            return _chunks(sse(answer, event_id=f"up-{bodies}"))
+        note = json.dumps({"jsonrpc": "2.0", "method": "notifications/progress"})
+        return _chunks(sse(note, event_id=f"up-{bodies}"))
+
+    first = _chunks(b"id: up-0\nretry: 0\ndata:\n\n")
+    result = await asyncio.wait_for(
+        run_pump(
+            store,
+            SID,
+            life,
+            first,
+            request_ids=[1],
+            max_event_bytes=1 << 16,
+            reopen=reopen,
+            stream=stream,
+        ),
+        30,
+    )
+    assert not result.broken
+    assert result.events == 0  # nothing was stored
+    assert (feed.read(feed.end - 1, 1) or [])[0].data == answer
+
+
+async def test_replays_that_repeat_themselves_are_given_up_on():
+    """A resumable upstream whose replays bring events without ids: its last event id never
+    moves, so the resumes make no progress; after MAX_UPSTREAM_RESUMES of them (each at least
+    MIN_UPSTREAM_RETRY_S apart, whatever its retry) the request gets the gateway's error."""
+    stage = _Stage()
+    await stage.create()
+    asked: list[str] = []
+
+    async def reopen(last_event_id: str) -> Any:
+        asked.append(last_event_id)
+        return _chunks(b'data: {"jsonrpc":"2.0","method":"notifications/message"}\n\n')
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    first = _chunks(b"id: up-1\nretry: 0\ndata:\n\n")
+    result = await asyncio.wait_for(
+        run_pump(
+            stage.store,
+            SID,
+            stage.life,
+            first,
+            request_ids=[1],
+            max_event_bytes=1 << 16,
+            reopen=reopen,
+        ),
+        30,
+    )
+    assert result.broken
+    assert asked == ["up-1"] * (MAX_UPSTREAM_RESUMES + 1)
+    assert loop.time() - began >= MAX_UPSTREAM_RESUMES * MIN_UPSTREAM_RETRY_S
 
 
 # Request and standalone streams ------------------------------------------------------------
