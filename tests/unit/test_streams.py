@@ -463,6 +463,22 @@ async def test_a_broken_upstream_body_answers_each_pending_request_with_an_error
     assert read.finished
 
 
+async def _pump_resumable(stage: _Stage, first: Any, reopen: Any) -> Any:
+    """Pump *first* into the stage's stream for request id 1, resuming through *reopen*."""
+    return await asyncio.wait_for(
+        run_pump(
+            stage.store,
+            SID,
+            stage.life,
+            first,
+            request_ids=[1],
+            max_event_bytes=1 << 16,
+            reopen=reopen,
+        ),
+        30,
+    )
+
+
 async def test_a_resumable_upstream_that_closes_on_purpose_is_resumed_with_its_own_id():
     stage = _Stage()
     await stage.create()
@@ -474,9 +490,7 @@ async def test_a_resumable_upstream_that_closes_on_purpose_is_resumed_with_its_o
         return _chunks(sse(answer))
 
     first = _chunks(b"id: up-9\nretry: 1\ndata:\n\n", sse('{"method":"n"}', event_id="up-10"))
-    result = await run_pump(
-        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
-    )
+    result = await _pump_resumable(stage, first, reopen)
     assert asked == ["up-10"]
     assert not result.broken
     read = await stage.store.read(SID, stage.life, 0, 10)
@@ -499,9 +513,7 @@ async def test_an_upstream_closing_with_a_priming_event_or_retry_is_resumed(open
         return _chunks(sse(answer))
 
     first = _chunks(opening, sse('{"method":"n"}', event_id="up-10"))
-    result = await run_pump(
-        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
-    )
+    result = await _pump_resumable(stage, first, reopen)
     assert asked == ["up-10"]
     assert not result.broken
 
@@ -519,9 +531,7 @@ async def test_an_upstream_that_just_stops_is_not_resumed():
         return _chunks(sse('{"method":"unrelated"}'))
 
     first = _chunks(sse('{"method":"n"}', event_id="up-10"))
-    result = await run_pump(
-        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
-    )
+    result = await _pump_resumable(stage, first, reopen)
     assert asked == []
     assert result.broken
     read = await stage.store.read(SID, stage.life, 0, 10)
@@ -551,9 +561,7 @@ async def test_a_resumed_upstream_that_closes_again_without_priming_is_resumed_a
         return bodies.pop(0)
 
     first = _chunks(b"id: up-9\nretry: 1\ndata:\n\n", sse('{"method":"first"}', event_id="up-10"))
-    result = await run_pump(
-        stage.store, SID, stage.life, first, request_ids=[1], max_event_bytes=1 << 16, reopen=reopen
-    )
+    result = await _pump_resumable(stage, first, reopen)
     assert asked == ["up-10", "up-11", "up-11"]
     assert not result.broken
     read = await stage.store.read(SID, stage.life, 0, 10)
@@ -581,18 +589,7 @@ async def test_a_resumed_upstream_body_held_open_after_the_answer_is_closed():
         return held_open()
 
     first = _chunks(b"retry: 1\n\n", sse('{"method":"n"}', event_id="up-10"))
-    result = await asyncio.wait_for(
-        run_pump(
-            stage.store,
-            SID,
-            stage.life,
-            first,
-            request_ids=[1],
-            max_event_bytes=1 << 16,
-            reopen=reopen,
-        ),
-        DEADLINE_S,
-    )
+    result = await _pump_resumable(stage, first, reopen)
     assert not result.broken
     assert closed.is_set()
     read = await stage.store.read(SID, stage.life, 0, 10)
@@ -669,18 +666,7 @@ async def test_replays_that_repeat_themselves_are_given_up_on():
     loop = asyncio.get_running_loop()
     began = loop.time()
     first = _chunks(b"id: up-1\nretry: 0\ndata:\n\n")
-    result = await asyncio.wait_for(
-        run_pump(
-            stage.store,
-            SID,
-            stage.life,
-            first,
-            request_ids=[1],
-            max_event_bytes=1 << 16,
-            reopen=reopen,
-        ),
-        30,
-    )
+    result = await _pump_resumable(stage, first, reopen)
     assert result.broken
     assert asked == ["up-1"] * (MAX_UPSTREAM_RESUMES + 1)
     assert loop.time() - began >= MAX_UPSTREAM_RESUMES * MIN_UPSTREAM_RETRY_S
