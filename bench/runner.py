@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         "--targets",
         metavar="NAMES",
         help="comma-separated targets (default: all available; direct is always added as the "
-        "reference): direct, nginx, mcp-persist, gateway-memory, gateway-redis",
+        "reference): direct, nginx, aiohttp-relay, mcp-persist, gateway-memory, gateway-redis",
     )
     parser.add_argument("--repeat", type=int, metavar="N", help="repetitions per run (default 3)")
     parser.add_argument(

@@ -1,8 +1,8 @@
 """The registry of targets: which proxies (and baselines) a benchmark run compares.
 
-Modules are imported if present: ``direct`` and ``gateway`` always; ``nginx`` and
-``mcp_persist`` (the baselines) when their files exist. A module that fails to import, or whose
-``available()`` gives a reason, is listed with that reason and skipped.
+Modules are imported if present: ``direct`` and ``gateway`` always; ``nginx``, ``aiohttp_relay``
+and ``mcp_persist`` (the baselines) when their files exist. A module that fails to import, or
+whose ``available()`` gives a reason, is listed with that reason and skipped.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from bench.targets.base import Running, Target
 __all__ = ["ORDER", "Running", "Target", "load_targets"]
 
 #: Module names, in the order the tables list their targets.
-MODULES = ("direct", "gateway", "nginx", "mcp_persist")
+MODULES = ("direct", "gateway", "nginx", "aiohttp_relay", "mcp_persist")
 #: Target names, table order; the baselines the ratios are taken against come first after direct.
-ORDER = ("direct", "nginx", "mcp-persist", "gateway-memory", "gateway-redis")
+ORDER = ("direct", "nginx", "aiohttp-relay", "mcp-persist", "gateway-memory", "gateway-redis")
 #: Targets answering GET + Last-Event-ID themselves, when the module does not say.
 DEFAULT_RESUMABLE = frozenset({"gateway-memory", "gateway-redis", "mcp-persist"})
 

@@ -138,6 +138,9 @@ class Delivery:
         #: The waiter of the wait parked on the feed now, and this connection's task.
         self._parked: asyncio.Future[bool] | None = None
         self._task: asyncio.Task[object] | None = None
+        #: The stream's feed last seen: read on to its end if the pump ends while this
+        #: connection is behind (see _drained_feed).
+        self._feed: LocalFeed | None = None
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -171,7 +174,7 @@ class Delivery:
                 return "poll"
         try:
             while True:
-                feed = self._stream.feed
+                feed = self._current_feed()
                 if feed is not None:
                     # Step *feed*: events from this process's pump, without a store call.
                     events = feed.read(self.cursor.position, self._batch)
@@ -191,6 +194,34 @@ class Delivery:
             self._reader.cancel()
             if self._alarm is not None:
                 self._alarm.close()
+
+    def _current_feed(self) -> LocalFeed | None:
+        """The stream's feed, or the one this connection still drains (see _drained_feed)."""
+        feed = self._stream.feed
+        if feed is None:
+            return self._drained_feed()
+        self._feed = feed
+        return feed
+
+    def _drained_feed(self) -> LocalFeed | None:
+        """The feed of a pump that ended while this connection was behind, until its end.
+
+        The life lets its feed go when the pump ends (the store has every event), but a
+        connection behind the pump then reads the rest from the memory it already holds rather
+        than from the store, where a finished stream may be evicted under memory pressure. Not
+        a lost feed (its life is retired once drained), and only while it holds the cursor.
+        """
+        held = self._feed
+        if (
+            held is not None
+            and held.done
+            and not held.lost
+            and self.cursor.position < held.end
+            and held.read(self.cursor.position, 0) is not None
+        ):
+            return held
+        self._feed = None
+        return None
 
     async def _feed_has_nothing(
         self, feed: LocalFeed, events: list[FeedEvent] | None

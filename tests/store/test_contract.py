@@ -12,10 +12,12 @@ import asyncio
 import json
 
 import pytest
+import structlog
 
 from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.memory import MemoryStore
+from mcp_sse_gateway.store.memory.streams import CAP_LOG_INTERVAL_S
 from tests.store.conftest import raises
 from tests.support.waiting import eventually, parked
 
@@ -190,6 +192,47 @@ async def test_memory_cap_evicts_finished_streams_then_trims():
     assert info.first_offset > 1
     with pytest.raises(CursorGone):
         await store.read("s", live, 0, 10)
+
+
+async def test_memory_cap_evicts_the_oldest_finished_stream_of_any_session_first():
+    """A stream that just finished (its client may still be reading it behind the pump) is the
+    last to go, whichever session holds it; not every finished stream of the first session."""
+    store = MemoryStore(max_bytes=20_000)
+    finished = []
+    for session in ("s1", "s2", "s1", "s2"):  # finished in this order, across two sessions
+        life = new_life()
+        await store.create_stream(session, life, kind="request", owner="r1")
+        await store.append(session, life, "x" * 4000, None)
+        await store.finish(session, life)
+        finished.append((session, life))
+    live = new_life()
+    await store.create_stream("s3", live, kind="request", owner="r1")
+    await store.append("s3", live, "y" * 8000, None)  # two finished streams must go
+
+    held = [await store.stream_info(session, life) is not None for session, life in finished]
+    assert held == [False, False, True, True]
+    assert store.stored_bytes <= 20_000
+    assert (await store.read("s3", live, 0, 10)).events[0].data == "y" * 8000
+
+
+async def test_memory_cap_logs_once_per_interval_with_what_it_evicted():
+    clock = Clock()
+    store = MemoryStore(max_bytes=10_000, clock=clock)
+    live = new_life()
+    await store.create_stream("s", live, kind="request", owner="r1")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(20):  # every append past the cap trims the live stream
+            await store.append("s", live, "z" * 4000, None)
+        clock.now += CAP_LOG_INTERVAL_S
+        await store.append("s", live, "z" * 4000, None)
+    lines = [line for line in logs if line["event"] == "store.memory_cap_reached"]
+    assert len(lines) == 2
+    assert lines[0]["limit_bytes"] == 10_000
+    # The third append reached the cap (two events fit) and logged the first line; the second
+    # counts what was done since: one trim for each of the 18 appends after it.
+    assert lines[0]["events_trimmed"] == 1
+    assert lines[1]["events_trimmed"] == 18
+    assert lines[0]["streams_evicted"] == lines[1]["streams_evicted"] == 0
 
 
 async def test_purge_and_tombstone_drop_every_stream(make_store):

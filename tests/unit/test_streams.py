@@ -275,6 +275,47 @@ async def test_a_caught_up_connection_is_written_by_the_pumps_call_without_a_wak
     ]
 
 
+async def test_a_connection_behind_when_the_pump_ends_reads_the_rest_from_its_feed():
+    """The pump ended and the store evicted the finished stream (memory pressure) while the
+    client's buffer was full: the connection still sends every event, from the feed it held."""
+
+    class GatedSink(ListSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.gate.set()
+            self.held = 0
+
+        async def write(self, data: bytes) -> None:
+            if not self.gate.is_set():
+                self.held += 1
+                await self.gate.wait()
+            await super().write(data)
+
+    stage = _Stage()
+    sink = GatedSink()
+    stream, feed, task = await _parked_delivery(stage, sink)
+    sink.blocked, _ = True, sink.gate.clear()
+    await _store(stage, feed, "a")
+    await eventually(lambda: sink.held == 1)  # the connection's own write of "a" waits
+    await _store(stage, feed, "b", "c")
+    await stage.store.finish(SID, stage.life)
+    feed.close()
+    stream.pump_ended()
+    assert stream.feed is None
+    await stage.store.drop_stream(SID, stage.life)  # evicted under the byte cap
+    sink.gate.set()
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert sink.datas() == ["a", "b", "c"]
+    assert [e.id for e in sink.events() if e.data] == [
+        event_id(stage.life, 1),
+        event_id(stage.life, 2),
+        event_id(stage.life, 3),
+    ]
+    assert delivered.events == 3
+    assert delivered.ended == "stream_dropped"  # the store no longer knows it: no marker read
+
+
 async def test_a_client_whose_buffer_is_full_is_woken_and_written_by_its_connection():
     stage = _Stage()
     sink = ListSink()

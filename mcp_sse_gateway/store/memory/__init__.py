@@ -8,9 +8,11 @@ Every structure is bounded:
 * a session keeps at most ``max_streams_per_session`` streams (finished ones are evicted first);
 * a finished stream stays replayable for ``finished_stream_ttl_s``;
 * all stored event bytes stay under ``memory_max_bytes``: finished streams are evicted first,
-  then the oldest events of the stream being written are trimmed.
+  the one that finished first first (whatever its session), then the oldest events of the
+  stream being written are trimmed.
 
-Hitting a bound logs one line (``store.*``) and never fails silently.
+Hitting a bound logs a line (``store.*``; the byte cap at most one per 10 s) and never fails
+silently.
 Wake-ups cost one :class:`asyncio.Event` per stream, not one per waiting reader.
 
 One job per module:

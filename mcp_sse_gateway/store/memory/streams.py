@@ -34,6 +34,9 @@ log = structlog.get_logger("mcp_sse_gateway.store")
 EVENT_OVERHEAD_BYTES = 120
 #: Expired streams are swept at most this often, seconds: a sweep visits every stream.
 SWEEP_INTERVAL_S = 1.0
+#: While the byte cap keeps being reached, ``store.memory_cap_reached`` is logged at most this
+#: often, seconds, with what was evicted and trimmed since the last line.
+CAP_LOG_INTERVAL_S = 10.0
 
 
 def event_bytes(data: str, event: str | None) -> int:
@@ -118,6 +121,13 @@ class MemoryStreams:
         self._clock = clock
         # session key -> life -> stream, insertion order = creation order.
         self._streams: dict[str, OrderedDict[str, Stream]] = {}
+        # Every finished stream held, oldest finish first, across sessions: the byte cap's
+        # eviction order (a stream that just finished may still be read by its client).
+        self._finished: OrderedDict[tuple[str, str], Stream] = OrderedDict()
+        # The byte cap's log line: when it was last written, and what was done since.
+        self._cap_logged_at = float("-inf")
+        self._cap_evicted = 0
+        self._cap_trimmed = 0
         self._stream_touched: dict[str, float] = {}
         self._bytes = 0
         self._swept_at = float("-inf")
@@ -144,6 +154,10 @@ class MemoryStreams:
         self._stream_touched.pop(key, None)
 
     def _release(self, stream: Stream) -> None:
+        """Forget *stream*'s events (the caller took it out of ``_streams``); wake its readers."""
+        key = (stream.session_key, stream.life)
+        if self._finished.get(key) is stream:
+            del self._finished[key]
         self._bytes -= stream.bytes
         stream.bytes = 0
         stream.events.clear()
@@ -218,6 +232,9 @@ class MemoryStreams:
                 log.warning("store.streams_per_session_limit", limit=self._max_streams)
                 raise StoreLimitExceeded("too many open streams in this session")
             self._release(streams.pop(oldest_finished))
+        replaced = streams.pop(life, None)
+        if replaced is not None:  # a life created again: its old events go
+            self._release(replaced)
         streams[life] = Stream(
             session_key=key,
             life=life,
@@ -307,16 +324,36 @@ class MemoryStreams:
         stream.first_offset = dropped.offset + 1
 
     def _make_room(self, writing: Stream) -> None:
-        """Keep the byte cap: evict finished streams (oldest first), then trim *writing*."""
-        log.warning("store.memory_cap_reached", limit_bytes=self._max_bytes)
-        for key in list(self._streams):
-            streams = self._streams[key]
-            for life in [life for life, s in streams.items() if s.finished]:
-                self._release(streams.pop(life))
-                if self._bytes <= self._max_bytes:
-                    return
+        """Keep the byte cap: evict finished streams, oldest finish first, then trim *writing*.
+
+        The oldest finished stream goes first whichever session holds it: one that finished a
+        moment ago may still be delivered to a client reading behind its pump, and is the last
+        one to go.
+        """
+        finished = self._finished
+        evicted = trimmed = 0
+        while self._bytes > self._max_bytes and finished:
+            (key, life), stream = finished.popitem(last=False)
+            streams = self._streams.get(key)
+            if streams is not None and streams.get(life) is stream:
+                del streams[life]
+            self._release(stream)
+            evicted += 1
         while self._bytes > self._max_bytes and len(writing.events) > 1:
             self._trim_oldest(writing)
+            trimmed += 1
+        self._cap_evicted += evicted
+        self._cap_trimmed += trimmed
+        now = self._clock()
+        if now - self._cap_logged_at >= CAP_LOG_INTERVAL_S:
+            log.warning(
+                "store.memory_cap_reached",
+                limit_bytes=self._max_bytes,
+                streams_evicted=self._cap_evicted,
+                events_trimmed=self._cap_trimmed,
+            )
+            self._cap_logged_at = now
+            self._cap_evicted = self._cap_trimmed = 0
 
     async def finish(self, session_id: str, life: str) -> None:
         """Append the terminal marker; the stream stays replayable ``finished_stream_ttl_s``."""
@@ -325,6 +362,7 @@ class MemoryStreams:
             if not stream.finished:
                 stream.finished = True
                 stream.expires_at = self._clock() + self._finished_ttl_s
+                self._finished[(stream.session_key, stream.life)] = stream
                 stream.wake()
 
     async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
