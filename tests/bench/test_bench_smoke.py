@@ -28,11 +28,20 @@ def _expected_targets() -> list[str]:
     return targets
 
 
+def _newest_logs(out: Path, count: int = 4, chars: int = 1500) -> str:
+    """The tails of the last process logs the run wrote (what was running when it hung)."""
+    logs = sorted(out.glob("*-logs/**/*.log"), key=lambda path: path.stat().st_mtime)
+    return "".join(
+        f"\n--- {path.relative_to(out)}:\n{path.read_text(errors='replace')[-chars:]}"
+        for path in logs[-count:]
+    )
+
+
 @pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_smoke_run_writes_tables_with_events_for_every_target(tmp_path: Path) -> None:
     # A session of its own, so a run past its deadline is killed with all its children.
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--smoke", "--keep-logs", "--out", str(tmp_path)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -44,7 +53,10 @@ def test_smoke_run_writes_tables_with_events_for_every_target(tmp_path: Path) ->
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        pytest.fail(f"`python -m bench --smoke` ran over {RUN_TIMEOUT_S} s:\n{stderr[-4000:]}")
+        pytest.fail(
+            f"`python -m bench --smoke` ran over {RUN_TIMEOUT_S} s:\n{stderr[-4000:]}"
+            f"{_newest_logs(tmp_path)}"
+        )
     assert process.returncode == 0, f"exit {process.returncode}:\n{stderr[-4000:]}"
 
     reports = sorted(tmp_path.glob("*.md"))
