@@ -24,24 +24,10 @@ from mcp_sse_gateway.sse.event import ServerSentEvent
 _BOM = b"\xef\xbb\xbf"
 
 
-# The frozen dataclass's __init__ goes through object.__setattr__ per field (about 3x slower);
-# the decoder fills the slots directly instead. The result is an ordinary ServerSentEvent.
-_new_event = ServerSentEvent.__new__
-_set_data = vars(ServerSentEvent)["data"].__set__  # the slots' member descriptors
-_set_event = vars(ServerSentEvent)["event"].__set__
-_set_id = vars(ServerSentEvent)["id"].__set__
-_set_retry = vars(ServerSentEvent)["retry"].__set__
-
-
-def _make_event(
-    data: str | None, event: str | None, ident: str | None, retry: int | None
-) -> ServerSentEvent:
-    ev = _new_event(ServerSentEvent)
-    _set_data(ev, data)
-    _set_event(ev, event)
-    _set_id(ev, ident)
-    _set_retry(ev, retry)
-    return ev
+# ServerSentEvent(...) goes through the named tuple's __new__ (a Python function); the decoder
+# makes the tuple directly (about half the time per event). The result is an ordinary
+# ServerSentEvent.
+_new_tuple = tuple.__new__
 
 
 class SSEDecoder:
@@ -203,6 +189,7 @@ class SSEDecoder:
         ident = self._id
         retry = self._retry
         id_buffer = self._id_buffer
+        new_tuple = _new_tuple
         for line in lines:
             if not line:  # dispatch
                 self._last_event_id = id_buffer
@@ -210,10 +197,10 @@ class SSEDecoder:
                     text = (data[0] if len(data) == 1 else b"\n".join(data)).decode(
                         "utf-8", "replace"
                     )
-                    events.append(_make_event(text, event, ident, retry))
+                    events.append(new_tuple(ServerSentEvent, (text, event, ident, retry)))
                     data = event = ident = retry = None
                 elif event is not None or ident is not None or retry is not None:
-                    events.append(_make_event(None, event, ident, retry))
+                    events.append(new_tuple(ServerSentEvent, (None, event, ident, retry)))
                     event = ident = retry = None
                 size = 0
                 continue
@@ -225,6 +212,9 @@ class SSEDecoder:
                     data = [line[6:]]
                 else:
                     data.append(line[6:])
+                continue
+            if line == b"event: message":  # what many servers send before every data line
+                event = "message"
                 continue
             if line.startswith(b"id: "):
                 if b"\x00" not in line:

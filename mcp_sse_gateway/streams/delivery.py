@@ -138,9 +138,9 @@ class Delivery:
         #: The waiter of the wait parked on the feed now, and this connection's task.
         self._parked: asyncio.Future[bool] | None = None
         self._task: asyncio.Task[object] | None = None
-        #: The stream's feed last seen: read on to its end if the pump ends while this
-        #: connection is behind (see _drained_feed).
-        self._feed: LocalFeed | None = None
+        #: The stream's feed last seen (or its ended feed): read on to its end if the pump
+        #: ended while this connection was behind (see _drained_feed).
+        self._feed: LocalFeed | None = stream.feed or stream.ended_feed
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -207,21 +207,17 @@ class Delivery:
         """The feed of a pump that ended while this connection was behind, until its end.
 
         The life lets its feed go when the pump ends (the store has every event), but a
-        connection behind the pump then reads the rest from the memory it already holds rather
-        than from the store, where a finished stream may be evicted under memory pressure. Not
-        a lost feed (its life is retired once drained), and only while it holds the cursor.
+        connection behind the pump reads the rest from the memory it already holds rather than
+        from the store, where a finished stream may be evicted under memory pressure. Kept
+        while the cursor is before its end (a reader behind its window catches up from the
+        store, then goes on from it); used while it holds the cursor. Never a lost feed (its
+        life is retired once drained).
         """
         held = self._feed
-        if (
-            held is not None
-            and held.done
-            and not held.lost
-            and self.cursor.position < held.end
-            and held.read(self.cursor.position, 0) is not None
-        ):
-            return held
-        self._feed = None
-        return None
+        if held is None or not held.done or held.lost or self.cursor.position >= held.end:
+            self._feed = None
+            return None
+        return held if held.read(self.cursor.position, 0) is not None else None
 
     async def _feed_has_nothing(
         self, feed: LocalFeed, events: list[FeedEvent] | None

@@ -78,6 +78,10 @@ class StreamLife:
         self.life = life
         self.phase = Phase.CREATED
         self.feed: LocalFeed | None = None
+        #: The feed of a pump that ended normally (every event stored): a connection behind
+        #: the pump reads the rest from it rather than the store (see Delivery). Kept while
+        #: the life is, which is while a reader is attached, or by whoever holds the life.
+        self.ended_feed: LocalFeed | None = None
         self.reader: Attachment | None = None
         self._news: asyncio.Event | None = None
         #: Counts news (see :meth:`wait_news`).
@@ -96,7 +100,7 @@ class StreamLife:
         """The pump is done: ``finished``, unless the life was lost (it is retired then)."""
         if self.phase is Phase.LIVE:
             self.phase = Phase.FINISHED
-            self.feed = None
+            self.ended_feed, self.feed = self.feed, None
         self._wake()
 
     def lose(self) -> None:

@@ -90,6 +90,18 @@ class Registry:
             found = self._lives[key] = StreamLife(key, session_id, life)
         return found
 
+    def adopt(self, stream: StreamLife) -> StreamLife:
+        """The life of *stream*'s key: *stream* itself, registered again if it was released.
+
+        For the connection of the request that started a pump, which may attach after the
+        pump ended and released the life: it then reads the life's ended feed, not the store.
+        A newer life registered under the key meanwhile (a resume) is the one returned.
+        """
+        found = self._lives.get(stream.key)
+        if found is None:
+            found = self._lives[stream.key] = stream
+        return found
+
     def find(self, key: tuple[str, str]) -> StreamLife | None:
         """The stream life *key* if this process holds it."""
         return self._lives.get(key)

@@ -25,6 +25,7 @@ from mcp_sse_gateway.event_ids import Cursor
 from mcp_sse_gateway.store.base import SessionRecord, StreamInfo, session_digest
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import deliver
+from mcp_sse_gateway.streams.life import StreamLife
 from mcp_sse_gateway.streams.standalone import Refused, standalone_life
 from mcp_sse_gateway.streams.upgrade import accepts_event_stream
 from mcp_sse_gateway.streams.upstream import UpstreamCall, stream_headers
@@ -86,6 +87,7 @@ async def post(
         cursor=0,
         primes=era.primes,
         headers=stream_headers(response) if response is not None else None,
+        opened=stream,
     )
     log.info(
         "stream.delivered", life=stream.life[:8], events=delivered.events, ended=delivered.ended
@@ -319,8 +321,13 @@ async def _deliver(
     headers: dict[str, str] | None = None,
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
+    opened: StreamLife | None = None,
 ) -> tuple[web.StreamResponse, Delivered]:
-    """Open the SSE response and deliver stream *life* to it from *cursor* (streams.delivery)."""
+    """Open the SSE response and deliver stream *life* to it from *cursor* (streams.delivery).
+
+    *opened* is the life this request's pump started (a POST): its feed, or what is left of it
+    once the pump ended, serves the connection before the store does.
+    """
     app = request.app
     settings = app[SETTINGS]
     response, sink = await open_sse(request, headers, settings.sse.slow_reader_cut_s)
@@ -330,7 +337,11 @@ async def _deliver(
         store=streams.ctx.store,
         registry=streams.ctx.registry,
         # Taken once the response is prepared: deliver() releases it, whatever happens.
-        stream=streams.requests.stream(session_id, life),
+        stream=(
+            streams.ctx.registry.adopt(opened)
+            if opened is not None
+            else streams.requests.stream(session_id, life)
+        ),
         settings=settings,
         metrics=app[METRICS],
         cursor=cursor,

@@ -17,7 +17,7 @@ import structlog
 from mcp_sse_gateway.errors import CursorGone, StoreLimitExceeded, UnknownStream
 from mcp_sse_gateway.event_ids import new_life
 from mcp_sse_gateway.store.memory import MemoryStore
-from mcp_sse_gateway.store.memory.streams import CAP_LOG_INTERVAL_S
+from mcp_sse_gateway.store.memory.streams import CAP_LOG_INTERVAL_S, EVENT_OVERHEAD_BYTES
 from tests.store.conftest import raises
 from tests.support.waiting import eventually, parked
 
@@ -233,6 +233,70 @@ async def test_memory_cap_logs_once_per_interval_with_what_it_evicted():
     assert lines[0]["events_trimmed"] == 1
     assert lines[1]["events_trimmed"] == 18
     assert lines[0]["streams_evicted"] == lines[1]["streams_evicted"] == 0
+
+
+async def test_memory_cap_evictions_after_the_last_line_are_logged_by_a_later_sweep():
+    clock = Clock()
+    store = MemoryStore(max_bytes=10_000, clock=clock)
+    lives = []
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(5):  # 5 finished streams of about 4 KiB under a 10 KB cap
+            life = new_life()
+            await store.create_stream("s", life, kind="request", owner="r1")
+            await store.append("s", life, "x" * 4000, None)
+            await store.finish("s", life)
+            lives.append(life)
+        evicted = sum([await store.stream_info("s", life) is None for life in lives])
+        assert evicted == 3  # one line came with the first; the other two wait for the next
+        clock.now += CAP_LOG_INTERVAL_S
+        await store.create_stream("s", new_life(), kind="request", owner="r1")  # sweeps
+        first = [line for line in logs if line["event"] == "store.memory_cap_reached"]
+        await store.close()
+    lines = [line for line in logs if line["event"] == "store.memory_cap_reached"]
+    assert len(first) == len(lines) == 2  # the sweep wrote it; close had nothing left to say
+    assert sum(line["streams_evicted"] for line in lines) == evicted
+
+
+async def test_memory_cap_evictions_not_yet_logged_are_logged_on_close():
+    clock = Clock()
+    store = MemoryStore(max_bytes=10_000, clock=clock)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(4):
+            life = new_life()
+            await store.create_stream("s", life, kind="request", owner="r1")
+            await store.append("s", life, "x" * 4000, None)
+            await store.finish("s", life)
+        await store.close()
+    lines = [line for line in logs if line["event"] == "store.memory_cap_reached"]
+    assert [line["streams_evicted"] for line in lines] == [1, 1]
+
+
+async def test_a_life_created_again_at_the_session_limit_replaces_itself(make_store):
+    """The life being created again is dropped before the session's streams are counted."""
+    store = make_store(max_streams_per_session=2)
+    standalone, call = new_life(), new_life()
+    await store.create_stream("s", standalone, kind="standalone", owner="r1")
+    await store.create_stream("s", call, kind="request", owner="r1")  # running
+    await store.create_stream("s", standalone, kind="standalone", owner="r1", start_after=10)
+    info = await store.stream_info("s", standalone)
+    assert info is not None
+    assert info.first_offset == 11
+    assert await store.stream_info("s", call) is not None
+
+
+async def test_a_life_created_again_does_not_evict_another_finished_stream(make_store):
+    store = make_store(max_streams_per_session=2)
+    standalone, done = new_life(), new_life()
+    await store.create_stream("s", standalone, kind="standalone", owner="r1")
+    await store.append("s", standalone, "old", None)
+    await store.create_stream("s", done, kind="request", owner="r1")
+    await store.append("s", done, "answer", None)
+    await store.finish("s", done)
+    await store.create_stream("s", standalone, kind="standalone", owner="r1", start_after=10)
+    assert await store.stream_info("s", done) is not None  # still replayable
+    assert (await store.read("s", standalone, 10, 10)).events == []  # the old events went
+    if isinstance(store, MemoryStore):
+        assert store.stored_bytes == len("answer") + EVENT_OVERHEAD_BYTES
 
 
 async def test_purge_and_tombstone_drop_every_stream(make_store):

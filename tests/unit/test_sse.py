@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
 import itertools
 import re
 from pathlib import Path
@@ -198,8 +197,27 @@ def test_decoded_events_are_ordinary_frozen_events() -> None:
     assert ev == E("x", "e", "1", 2)
     assert hash(ev) == hash(E("x", "e", "1", 2))
     assert repr(ev) == repr(E("x", "e", "1", 2))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         ev.data = "y"  # type: ignore[misc]
+    assert ev.dispatches
+    assert not E(None, "e").dispatches
+
+
+@pytest.mark.parametrize(
+    ("line", "event"),
+    [
+        (b"event: message", "message"),  # the decoder's short-cut
+        (b"event:message", "message"),
+        (b"event: message ", "message "),
+        (b"event: messages", "messages"),
+        (b"event:  message", " message"),
+        (b"event: Message", "Message"),
+    ],
+)
+def test_the_common_event_line_decodes_like_any_other(line: bytes, event: str) -> None:
+    wire = line + b"\ndata: x\n\n"
+    assert SSEDecoder().feed(wire) == [E("x", event)]
+    assert reference_decode(wire)[0] == [E("x", event)]
 
 
 def test_comments_are_counted() -> None:
@@ -668,8 +686,8 @@ def test_module_is_sans_io(source: Path) -> None:
     assert {name.split(".")[0] for name in imported - ours} <= {
         "__future__",
         "contextlib",
-        "dataclasses",
         "sys",
+        "typing",
     }
     # Of the project, only the codec itself and its exceptions: never web, store or streams.
     allowed = ("mcp_sse_gateway.sse.", "mcp_sse_gateway.errors.")

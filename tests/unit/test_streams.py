@@ -316,6 +316,111 @@ async def test_a_connection_behind_when_the_pump_ends_reads_the_rest_from_its_fe
     assert delivered.ended == "stream_dropped"  # the store no longer knows it: no marker read
 
 
+class _TokenSink(ListSink):
+    """A client that takes one write per token while gated (a full socket buffer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gated = False
+        self.tokens: asyncio.Queue[None] = asyncio.Queue()
+        self.held = 0
+
+    async def write(self, data: bytes) -> None:
+        if self.gated:
+            self.held += 1
+            await self.tokens.get()
+        await super().write(data)
+
+    def open(self) -> None:
+        self.gated = False
+        for _ in range(self.held + 1):
+            self.tokens.put_nowait(None)
+
+
+async def _evict_by_cap(store: MemoryStore, size: int) -> None:
+    """Another session's running call appends *size* bytes: the cap evicts finished streams."""
+    other = new_life()
+    await store.create_stream("other-session", other, kind="request", owner="replica-a")
+    await store.append("other-session", other, "z" * size, None)
+
+
+async def test_a_reader_behind_the_feeds_window_at_the_pumps_end_gets_the_tail_from_it():
+    """More than the feed's window behind when the pump ends: the connection catches up from
+    the store, then takes the tail and the response from the feed it held, though the store
+    evicted the finished stream in between."""
+    big = "x" * (1024 * 1024 - 100)  # 4 of them and the response fill the feed's 4 MiB
+    store = MemoryStore(max_bytes=6 * 1024 * 1024)
+    stage = _Stage(_settings(store={"replay_batch_events": 1}), store)
+    sink = _TokenSink()
+    stream, feed, task = await _parked_delivery(stage, sink)
+    sink.blocked, sink.gated = True, True
+    await _store(stage, feed, "a")
+    await eventually(lambda: sink.held == 1)  # the connection's own write of "a" waits
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    await _store(stage, feed, big, big, big, big, big)  # offsets 2..6: the feed keeps 3..6
+    await _store(stage, feed, answer)  # offset 7
+    assert feed.read(1, 10) is None  # offset 2 is only in the store now
+    await stage.store.finish(SID, stage.life)
+    feed.close()
+    stream.pump_ended()
+    sink.tokens.put_nowait(None)  # "a" goes; offset 2 is read from the store, its write waits
+    await eventually(lambda: sink.held == 2)
+    await _evict_by_cap(store, 2 * 1024 * 1024)
+    assert await store.stream_info(SID, stage.life) is None
+    sink.open()
+    delivered = await asyncio.wait_for(task, DEADLINE_S)
+    assert sink.datas() == ["a", big, big, big, big, big, answer]
+    assert [e.id for e in sink.events() if e.data] == [
+        event_id(stage.life, offset) for offset in range(1, 8)
+    ]
+    assert delivered.events == 7
+
+
+async def test_a_call_answered_before_its_connection_attached_is_served_from_the_ended_feed():
+    """The common fast call: the answer was read, stored and finished, and the life released,
+    before the POST's connection attached; the store evicted the finished stream meanwhile.
+    The connection takes the life its POST opened, and the answer from its ended feed."""
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"ok": True}})
+    upstream = ScriptedUpstream().then(ScriptedResponse(body=[sse(answer)]))
+    store = MemoryStore(max_bytes=64 * 1024)
+    streams = make_streams(_settings(), upstream, store)
+    _, stream = await streams.requests.open_post(SID, CALL, b"{}", [1])
+    assert stream is not None
+    await eventually(lambda: streams.ctx.registry.tasks == 0)
+    assert stream.feed is None
+    assert streams.ctx.registry.find(stream.key) is None  # released with its pump
+    await _evict_by_cap(store, 64 * 1024)
+    assert await store.stream_info(SID, stream.life) is None
+    sink = ListSink()
+    delivered = await asyncio.wait_for(
+        deliver(
+            sink,
+            store=store,
+            registry=streams.ctx.registry,
+            stream=streams.ctx.registry.adopt(stream),  # as web/managed.py does for a POST
+            settings=streams.ctx.settings,
+            metrics=streams.ctx.metrics,
+            cursor=0,
+            primes=True,
+        ),
+        DEADLINE_S,
+    )
+    assert sink.datas() == [answer], delivered
+    assert [e.id for e in sink.events() if e.data] == [event_id(stream.life, 1)]
+    assert streams.ctx.registry.find(stream.key) is None  # released again with its reader
+
+
+async def test_the_registry_adopts_a_released_life_unless_a_newer_one_holds_its_key():
+    registry = Registry()
+    released = StreamLife(("k", "life"), SID, "life")
+    assert registry.adopt(released) is released
+    assert registry.find(("k", "life")) is released
+    registry.release(released)
+    newer = registry.life(("k", "life"), SID, "life")
+    assert newer is not released
+    assert registry.adopt(released) is newer
+
+
 async def test_a_client_whose_buffer_is_full_is_woken_and_written_by_its_connection():
     stage = _Stage()
     sink = ListSink()

@@ -165,6 +165,7 @@ class MemoryStore(MemorySessions):
 
     async def close(self) -> None:
         """Drop everything and wake every reader. Idempotent."""
+        self.log_cap(self._clock(), force=True)
         for key in list(self._streams):
             self._drop_session_streams(key)
         self._sessions.clear()

@@ -171,6 +171,7 @@ class MemoryStreams:
         if now - self._swept_at < SWEEP_INTERVAL_S:
             return
         self._swept_at = now
+        self.log_cap(now)
         for key in list(self._streams):
             streams = self._streams[key]
             if now - self._stream_touched.get(key, now) > self._ttl_s:
@@ -219,6 +220,9 @@ class MemoryStreams:
         self._sweep(now)
         key = session_digest(session_id)
         streams = self._streams.setdefault(key, OrderedDict())
+        replaced = streams.pop(life, None)
+        if replaced is not None:  # a life created again: its old events go first
+            self._release(replaced)
         while len(streams) >= self._max_streams:
             oldest_finished = next(
                 (
@@ -232,9 +236,6 @@ class MemoryStreams:
                 log.warning("store.streams_per_session_limit", limit=self._max_streams)
                 raise StoreLimitExceeded("too many open streams in this session")
             self._release(streams.pop(oldest_finished))
-        replaced = streams.pop(life, None)
-        if replaced is not None:  # a life created again: its old events go
-            self._release(replaced)
         streams[life] = Stream(
             session_key=key,
             life=life,
@@ -344,16 +345,27 @@ class MemoryStreams:
             trimmed += 1
         self._cap_evicted += evicted
         self._cap_trimmed += trimmed
-        now = self._clock()
-        if now - self._cap_logged_at >= CAP_LOG_INTERVAL_S:
-            log.warning(
-                "store.memory_cap_reached",
-                limit_bytes=self._max_bytes,
-                streams_evicted=self._cap_evicted,
-                events_trimmed=self._cap_trimmed,
-            )
-            self._cap_logged_at = now
-            self._cap_evicted = self._cap_trimmed = 0
+        self.log_cap(self._clock(), reached=True)
+
+    def log_cap(self, now: float, *, reached: bool = False, force: bool = False) -> None:
+        """Write ``store.memory_cap_reached`` if due: at most once per interval.
+
+        A line is due when the cap was just *reached* or evictions and trims happened since the
+        last line (written by a later sweep, or on close with *force*): what the cap did is
+        always reported, at most :data:`CAP_LOG_INTERVAL_S` late.
+        """
+        if not (reached or self._cap_evicted or self._cap_trimmed):
+            return
+        if not force and now - self._cap_logged_at < CAP_LOG_INTERVAL_S:
+            return
+        log.warning(
+            "store.memory_cap_reached",
+            limit_bytes=self._max_bytes,
+            streams_evicted=self._cap_evicted,
+            events_trimmed=self._cap_trimmed,
+        )
+        self._cap_logged_at = now
+        self._cap_evicted = self._cap_trimmed = 0
 
     async def finish(self, session_id: str, life: str) -> None:
         """Append the terminal marker; the stream stays replayable ``finished_stream_ttl_s``."""
