@@ -48,6 +48,9 @@ AHEAD_BYTES = 4 * 1024 * 1024
 MAX_LOST_EVENTS = 100_000
 
 
+_new_tuple = tuple.__new__
+
+
 class FeedEvent(NamedTuple):
     """One event of a feed.
 
@@ -107,7 +110,11 @@ class LocalFeed:
         A reader parked at exactly ``first_offset - 1`` (see :meth:`park`) is handed the events
         first; if it takes them, it is not woken.
         """
-        added = [FeedEvent(first_offset + i, data, event) for i, (data, event) in enumerate(events)]
+        # Made as tuples directly: a named tuple's __new__ is a Python call (twice the time).
+        added = [
+            _new_tuple(FeedEvent, (first_offset + i, data, event))
+            for i, (data, event) in enumerate(events)
+        ]
         taken: asyncio.Future[bool] | None = None
         if first_offset - 1 != self.end:
             # Not contiguous (another writer, or offsets this feed never saw): start over.

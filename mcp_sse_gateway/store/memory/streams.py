@@ -293,9 +293,10 @@ class MemoryStreams:
         stored = stream.events
         offset = stream.last_offset
         size = 0
+        new_tuple = tuple.__new__  # a StoredEvent without its __new__'s Python call
         for data, event in events:
             offset += 1
-            stored.append(StoredEvent(offset, data, event))
+            stored.append(new_tuple(StoredEvent, (offset, data, event)))
             size += event_bytes(data, event)
         stream.last_offset = offset
         if pending is not None:
