@@ -141,6 +141,8 @@ class Delivery:
         #: The stream's feed last seen (or its ended feed): read on to its end if the pump
         #: ended while this connection was behind (see _drained_feed).
         self._feed: LocalFeed | None = stream.feed or stream.ended_feed
+        #: Every event of a pump that ended normally was delivered from its ended feed.
+        self._fed_to_the_end = False
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -165,16 +167,13 @@ class Delivery:
             StreamError, StoreError, SSEError: the stream cannot be served further.
         """
         self._task = asyncio.current_task()
-        if self._primes:
-            life = self._stream.life
-            await self._sink.write(
-                encode_priming(priming_id(life, self.cursor.offset), self._sse.retry_ms)
-            )
-            if self._sse.poll_after_ms == 0 and not self._resuming:
-                return "poll"
+        if self._primes and await self._prime():
+            return "poll"
         try:
             while True:
                 feed = self._current_feed()
+                if feed is None and self._fed_to_the_end:
+                    return "finished"
                 if feed is not None:
                     # Step *feed*: events from this process's pump, without a store call.
                     events = feed.read(self.cursor.position, self._batch)
@@ -194,6 +193,14 @@ class Delivery:
             self._reader.cancel()
             if self._alarm is not None:
                 self._alarm.close()
+
+    async def _prime(self) -> bool:
+        """Write the priming event; whether the connection closes right after it (polling)."""
+        life = self._stream.life
+        await self._sink.write(
+            encode_priming(priming_id(life, self.cursor.offset), self._sse.retry_ms)
+        )
+        return self._sse.poll_after_ms == 0 and not self._resuming
 
     def _current_feed(self) -> LocalFeed | None:
         """The stream's feed, or the one this connection still drains (see _drained_feed)."""
@@ -215,6 +222,13 @@ class Delivery:
         """
         held = self._feed
         if held is None or not held.done or held.lost or self.cursor.position >= held.end:
+            # At the end of an ended, non-lost feed: the pump stored nothing after it.
+            self._fed_to_the_end = (
+                held is not None
+                and held.done
+                and not held.lost
+                and self.cursor.position >= held.end
+            )
             self._feed = None
             return None
         return held if held.read(self.cursor.position, 0) is not None else None

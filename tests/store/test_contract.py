@@ -257,6 +257,29 @@ async def test_memory_cap_evictions_after_the_last_line_are_logged_by_a_later_sw
     assert sum(line["streams_evicted"] for line in lines) == evicted
 
 
+async def test_memory_cap_evictions_held_back_are_logged_by_a_later_append():
+    """Evictions inside the interval after a line are written by the next append once the
+    interval passed, though the cap is not reached again and no stream is created."""
+    clock = Clock()
+    store = MemoryStore(max_bytes=10_000, clock=clock)
+    running = new_life()
+    await store.create_stream("s", running, kind="request", owner="r1")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):  # the third append reaches the cap: the first line (1 evicted)
+            life = new_life()
+            await store.create_stream("s", life, kind="request", owner="r1")
+            await store.append("s", life, "x" * 4000, None)
+            await store.finish("s", life)
+        clock.now += 1
+        await store.append("s", running, "y" * 4000, None)  # evicts one more: held back
+        held_back = [line for line in logs if line["event"] == "store.memory_cap_reached"]
+        clock.now += CAP_LOG_INTERVAL_S
+        await store.append("s", running, "z", None)  # below the cap
+    lines = [line for line in logs if line["event"] == "store.memory_cap_reached"]
+    assert len(held_back) == 1
+    assert [line["streams_evicted"] for line in lines] == [1, 1]
+
+
 async def test_memory_cap_evictions_not_yet_logged_are_logged_on_close():
     clock = Clock()
     store = MemoryStore(max_bytes=10_000, clock=clock)

@@ -311,6 +311,8 @@ class MemoryStreams:
                 log.warning("store.stream_trimmed", limit_events=self._max_events)
         if self._bytes > self._max_bytes:
             self._make_room(stream)
+        elif self._cap_evicted or self._cap_trimmed:  # held back within the interval
+            self.log_cap(self._clock())
         stream.wake()
         return offset
 
@@ -352,8 +354,9 @@ class MemoryStreams:
         """Write ``store.memory_cap_reached`` if due: at most once per interval.
 
         A line is due when the cap was just *reached* or evictions and trims happened since the
-        last line (written by a later sweep, or on close with *force*): what the cap did is
-        always reported, at most :data:`CAP_LOG_INTERVAL_S` late.
+        last line (written by the next append or sweep once the interval passed, or on close
+        with *force*): what the cap did is reported at most :data:`CAP_LOG_INTERVAL_S` after
+        the store's next use.
         """
         if not (reached or self._cap_evicted or self._cap_trimmed):
             return
