@@ -215,6 +215,29 @@ async def test_memory_cap_evicts_the_oldest_finished_stream_of_any_session_first
     assert (await store.read("s3", live, 0, 10)).events[0].data == "y" * 8000
 
 
+async def test_memory_cap_evicts_streams_read_to_their_end_before_unread_ones():
+    """A finished stream no read reached the end of (its client has not resumed yet) outlives
+    one that finished later but was read out; a partial read does not count."""
+    store = MemoryStore(max_bytes=20_000)
+    unread, partly, read_out = new_life(), new_life(), new_life()
+    for life in (unread, partly, read_out):  # finished in this order
+        await store.create_stream("s", life, kind="request", owner="r1")
+        await store.append("s", life, "x" * 2000, None)
+        await store.append("s", life, "x" * 2000, None)
+        await store.finish("s", life)
+    assert not (await store.read("s", partly, 0, 1)).finished
+    assert (await store.read("s", read_out, 0, 10)).finished
+    live = new_life()
+    await store.create_stream("s", live, kind="request", owner="r1")
+    await store.append("s", live, "y" * 8000, None)  # one stream of three must go
+    assert await store.stream_info("s", read_out) is None
+    assert await store.stream_info("s", unread) is not None
+    assert await store.stream_info("s", partly) is not None
+    await store.append("s", live, "y" * 4000, None)  # then the oldest finish among the rest
+    assert await store.stream_info("s", unread) is None
+    assert await store.stream_info("s", partly) is not None
+
+
 async def test_memory_cap_logs_once_per_interval_with_what_it_evicted():
     clock = Clock()
     store = MemoryStore(max_bytes=10_000, clock=clock)

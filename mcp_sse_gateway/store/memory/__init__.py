@@ -8,8 +8,8 @@ Every structure is bounded:
 * a session keeps at most ``max_streams_per_session`` streams (finished ones are evicted first);
 * a finished stream stays replayable for ``finished_stream_ttl_s``;
 * all stored event bytes stay under ``memory_max_bytes``: finished streams are evicted first,
-  the one that finished first first (whatever its session), then the oldest events of the
-  stream being written are trimmed.
+  those read to their end first, then the one that finished first (whatever its session),
+  then the oldest events of the stream being written are trimmed.
 
 Hitting a bound logs a line (``store.*``; the byte cap at most one per 10 s) and never fails
 silently.

@@ -121,8 +121,10 @@ class MemoryStreams:
         self._clock = clock
         # session key -> life -> stream, insertion order = creation order.
         self._streams: dict[str, OrderedDict[str, Stream]] = {}
-        # Every finished stream held, oldest finish first, across sessions: the byte cap's
-        # eviction order (a stream that just finished may still be read by its client).
+        # Every finished stream held, across sessions, in the byte cap's eviction order: those
+        # read to their end first (in that order), then the others, oldest finish first (a
+        # stream that just finished may still be read by its client, or not yet resumed).
+        self._read_out: OrderedDict[tuple[str, str], Stream] = OrderedDict()
         self._finished: OrderedDict[tuple[str, str], Stream] = OrderedDict()
         # The byte cap's log line: when it was last written, and what was done since.
         self._cap_logged_at = float("-inf")
@@ -158,6 +160,8 @@ class MemoryStreams:
         key = (stream.session_key, stream.life)
         if self._finished.get(key) is stream:
             del self._finished[key]
+        elif self._read_out.get(key) is stream:
+            del self._read_out[key]
         self._bytes -= stream.bytes
         stream.bytes = 0
         stream.events.clear()
@@ -328,21 +332,22 @@ class MemoryStreams:
         stream.first_offset = dropped.offset + 1
 
     def _make_room(self, writing: Stream) -> None:
-        """Keep the byte cap: evict finished streams, oldest finish first, then trim *writing*.
+        """Keep the byte cap: evict finished streams, then trim *writing*.
 
-        The oldest finished stream goes first whichever session holds it: one that finished a
-        moment ago may still be delivered to a client reading behind its pump, and is the last
-        one to go.
+        Finished streams a read reached the end of go first, in that order; then the others,
+        oldest finish first, whichever session holds them: one that finished a moment ago may
+        still be delivered to a client reading behind its pump, or wait for a polling client's
+        resume, and is the last one to go.
         """
-        finished = self._finished
         evicted = trimmed = 0
-        while self._bytes > self._max_bytes and finished:
-            (key, life), stream = finished.popitem(last=False)
-            streams = self._streams.get(key)
-            if streams is not None and streams.get(life) is stream:
-                del streams[life]
-            self._release(stream)
-            evicted += 1
+        for finished in (self._read_out, self._finished):
+            while self._bytes > self._max_bytes and finished:
+                (key, life), stream = finished.popitem(last=False)
+                streams = self._streams.get(key)
+                if streams is not None and streams.get(life) is stream:
+                    del streams[life]
+                self._release(stream)
+                evicted += 1
         while self._bytes > self._max_bytes and len(writing.events) > 1:
             self._trim_oldest(writing)
             trimmed += 1
@@ -401,7 +406,13 @@ class MemoryStreams:
         else:
             events = list(itertools.islice(held, start, end))
         reached = events[-1].offset if events else after
-        return ReadResult(events, stream.finished and reached >= stream.last_offset, stream.reader)
+        ended = stream.finished and reached >= stream.last_offset
+        if ended:
+            key = (stream.session_key, life)
+            if self._finished.get(key) is stream:  # read out: the first to go under the cap
+                del self._finished[key]
+                self._read_out[key] = stream
+        return ReadResult(events, ended, stream.reader)
 
     async def stream_info(self, session_id: str, life: str) -> StreamInfo | None:
         """The stream life's metadata, or None."""
