@@ -26,20 +26,11 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 from aiohttp import web
 
-#: Headers of one connection, never forwarded (RFC 9110 §7.6.1), and the ones aiohttp sets.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "content-length",
-        "host",
-    }
-)
+from mcp_sse_gateway import headers
+
+#: Headers of one connection or one message's framing, never forwarded (the gateway's own set,
+#: RFC 9110 §7.6.1), and ``Host``, which aiohttp sets for the upstream.
+HOP_BY_HOP = headers.HOP_BY_HOP | {"host"}
 #: Largest request body relayed (the gateway's default).
 MAX_BODY_BYTES = 16 * 1024 * 1024
 CLIENT_KEY = web.AppKey("client", aiohttp.ClientSession)

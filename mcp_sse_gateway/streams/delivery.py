@@ -217,18 +217,16 @@ class Delivery:
         connection behind the pump reads the rest from the memory it already holds rather than
         from the store, where a finished stream may be evicted under memory pressure. Kept
         while the cursor is before its end (a reader behind its window catches up from the
-        store, then goes on from it); used while it holds the cursor. Never a lost feed (its
-        life is retired once drained).
+        store, then goes on from it); used while it holds the cursor; at its end the delivery is
+        ``finished`` (see run). Never a lost feed (its life is retired once drained).
         """
         held = self._feed
-        if held is None or not held.done or held.lost or self.cursor.position >= held.end:
+        if held is None or not held.done or held.lost:
+            self._feed = None
+            return None
+        if self.cursor.position >= held.end:
             # At the end of an ended, non-lost feed: the pump stored nothing after it.
-            self._fed_to_the_end = (
-                held is not None
-                and held.done
-                and not held.lost
-                and self.cursor.position >= held.end
-            )
+            self._fed_to_the_end = True
             self._feed = None
             return None
         return held if held.read(self.cursor.position, 0) is not None else None

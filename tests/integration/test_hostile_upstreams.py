@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -72,6 +74,31 @@ async def _run_case(upstream, gateway, http, write: Wire, **sections) -> list[di
         assert _check_wire(others)[-1] == _result(8)  # unaffected
         await eventually(lambda: gw.app[REGISTRY].tasks == 0, timeout_s=DEADLINE_S)
     return _check_wire(events)
+
+
+def _answer_gets(
+    upstream: Any, body: Callable[[web.StreamResponse, int], Awaitable[None]]
+) -> list[float]:
+    """From now on the upstream answers each GET with an event stream that *body* writes
+    (given the GET's number, from 1), and every other request as before.
+
+    Returns:
+        The GETs' arrival times (``time.monotonic()``), growing as they come.
+    """
+    gets: list[float] = []
+    before = upstream.routes["/mcp"]
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return await before(request)
+        gets.append(time.monotonic())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await body(response, len(gets))
+        return response
+
+    upstream.routes["/mcp"] = answer
+    return gets
 
 
 def _is_gateway_error(message: dict, request_id: int = 7) -> bool:
@@ -212,23 +239,13 @@ async def test_a_standalone_get_the_upstream_closes_at_once_is_reopened_ever_lat
     """An upstream answering every GET with an event stream it ends at once, no event in it,
     is asked again after growing delays, not every ``retry_ms`` for as long as the session
     lives (D5)."""
-    import time
 
-    gets: list[float] = []
-    routes = upstream.routes
-
-    async def closes_at_once(request: web.Request) -> web.StreamResponse:
-        if request.method != "GET":
-            return await routes_before(request)
-        gets.append(time.monotonic())
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        return response
+    async def closes_at_once(response: web.StreamResponse, number: int) -> None:
+        del response, number
 
     async with gateway(upstream.url, sse={"retry_ms": 100}) as gw:
         await _initialize(upstream, http, gw)
-        routes_before = routes["/mcp"]
-        routes["/mcp"] = closes_at_once
+        gets = _answer_gets(upstream, closes_at_once)
         response = await http.get(gw.mcp_url, headers=_headers())
         assert response.status == 200
         response.close()  # no client attached from here on: the pump goes on alone
@@ -245,24 +262,13 @@ async def test_a_standalone_get_polled_with_retry_0_and_nothing_in_it_is_reopene
 ):
     """An upstream priming every GET with ``retry: 0`` and closing it at once, nothing sent:
     polled, yet empty and quick, so at most one GET a second per session, not ten."""
-    import time
 
-    gets: list[float] = []
-    routes = upstream.routes
-
-    async def polls_empty(request: web.Request) -> web.StreamResponse:
-        if request.method != "GET":
-            return await routes_before(request)
-        gets.append(time.monotonic())
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(f"id: p-{len(gets)}\nretry: 0\ndata:\n\n".encode())
-        return response
+    async def polls_empty(response: web.StreamResponse, number: int) -> None:
+        await response.write(f"id: p-{number}\nretry: 0\ndata:\n\n".encode())
 
     async with gateway(upstream.url, sse={"retry_ms": 100}) as gw:
         await _initialize(upstream, http, gw)
-        routes_before = routes["/mcp"]
-        routes["/mcp"] = polls_empty
+        gets = _answer_gets(upstream, polls_empty)
         response = await http.get(gw.mcp_url, headers=_headers())
         assert response.status == 200
         await eventually(lambda: len(gets) >= 4, timeout_s=20)
@@ -277,29 +283,18 @@ async def test_a_standalone_get_the_upstream_polls_is_reopened_after_its_retry(
     """An upstream polling its GET stream (SEP-1699: it primes with ``retry``, then closes the
     stream soon) is not failing: every GET is re-opened after its retry, never backed off, so a
     message it queued while no GET was open reaches the client within about one retry."""
-    import time
-
-    gets: list[float] = []
     queued: list[str] = []
-    routes = upstream.routes
 
-    async def polls(request: web.Request) -> web.StreamResponse:
-        if request.method != "GET":
-            return await routes_before(request)
-        gets.append(time.monotonic())
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(f"id: poll-{len(gets)}\nretry: 50\ndata:\n\n".encode())
+    async def polls(response: web.StreamResponse, number: int) -> None:
+        await response.write(f"id: poll-{number}\nretry: 50\ndata:\n\n".encode())
         while queued:
             await response.write(f"data: {queued.pop(0)}\n\n".encode())
-        await asyncio.sleep(0.1)
-        return response
+        await asyncio.sleep(0.1)  # the upstream holds the poll open a moment, then closes it
 
     # The gateway's own retry is long: the upstream's is the one that counts.
     async with gateway(upstream.url, sse={"retry_ms": 2000}) as gw:
         await _initialize(upstream, http, gw)
-        routes_before = routes["/mcp"]
-        routes["/mcp"] = polls
+        gets = _answer_gets(upstream, polls)
         response = await http.get(gw.mcp_url, headers=_headers())
         assert response.status == 200
         # Backed off from 2 s, the eighth GET would come after more than a minute.

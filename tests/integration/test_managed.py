@@ -352,25 +352,17 @@ async def test_a_stream_the_store_lost_while_its_session_lives_counts_as_store_l
     """The store lost a running call's stream (Redis restarted empty, keys evicted) while the
     session lives: the attached client still gets the rest, without ids, and the operator sees
     it as a store outage (``streams_store_lost``, a warning), not as a deleted session."""
-    go_on = asyncio.Event()
-
-    async def tool(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
-        await asyncio.wait_for(go_on.wait(), DEADLINE_S)
-        await response.write(f"data: {json.dumps(_result(7))}\n\n".encode())
-        return response
+    call = ToolCall(1, pause_after=1)  # one notification, then the result once resumed
 
     async with gateway(upstream.url) as gw:
         await _initialize(upstream, http, gw)
-        upstream.routes["/mcp"] = tool
+        upstream.routes["/mcp"] = call.handle
         response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
         first, _ = await read_events(response, until=2)
         cursor = parse_event_id(first[-1].id)
         assert cursor is not None
         await gw.app[STREAMS].ctx.store.drop_stream(SESSION, cursor.life)  # the loss
-        go_on.set()
+        call.resume.set()
         rest, ended = await read_events(response)
         assert ended
         assert _messages(rest) == [_result(7)]
