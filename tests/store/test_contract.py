@@ -147,6 +147,25 @@ async def test_streams_per_session_bound_evicts_finished_first(make_store):
     await store.create_stream("other", new_life(), kind="request", owner="r1")
 
 
+async def test_a_long_session_at_its_bound_evicts_its_oldest_finished_streams_in_turn(make_store):
+    store = make_store(max_streams_per_session=3)
+    running = new_life()
+    await store.create_stream("s", running, kind="request", owner="r1")  # the oldest: open
+    lives = [running]
+    for _ in range(6):  # each new call finds the session at its bound once it is reached
+        life = new_life()
+        await store.create_stream("s", life, kind="request", owner="r1")
+        await store.finish("s", life)
+        lives.append(life)
+    kept = [life for life in lives if await store.stream_info("s", life) is not None]
+    assert kept == [running, *lives[-2:]]  # the open one stays; the newest finished ones too
+    for _ in range(2):  # new calls, still running, take the finished ones' places
+        await store.create_stream("s", new_life(), kind="request", owner="r1")
+    with pytest.raises(StoreLimitExceeded):  # then nothing finished is left to evict
+        await store.create_stream("s", new_life(), kind="request", owner="r1")
+    assert await store.stream_info("s", running) is not None
+
+
 async def test_finished_stream_expires_after_its_grace_period(make_store):
     store = make_store(finished_stream_ttl_s=SHORT_TTL_S)
     life = new_life()

@@ -990,6 +990,33 @@ async def test_memory_per_stored_event(redis_url):
     assert 200 <= per_event < 300
 
 
+@pytest.mark.redis
+async def test_a_new_stream_at_the_session_bound_looks_at_its_oldest_streams_only(redis_url):
+    """A long session's calls cost the same at its bound: one meta looked at, not every one."""
+    bound = 50
+    store = RedisStore.from_url(redis_url, max_streams_per_session=bound)
+    admin = redis.asyncio.Redis.from_url(redis_url)
+
+    async def hmgets() -> int:
+        stats = await admin.info("commandstats")
+        return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+
+    try:
+        for _ in range(bound):
+            life = new_life()
+            await store.create_stream("s", life, kind="request", owner="r1")
+            await store.finish("s", life)
+        looked_at = []
+        for _ in range(5):
+            before = await hmgets()
+            await store.create_stream("s", new_life(), kind="request", owner="r1")
+            looked_at.append(await hmgets() - before)
+    finally:
+        await store.close()
+        await admin.aclose()
+    assert looked_at == [1] * 5  # the oldest life, finished: evicted
+
+
 # The replica's session cache (local_cache.py) --------------------------------------------------
 
 

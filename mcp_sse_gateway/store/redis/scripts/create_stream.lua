@@ -13,32 +13,30 @@ else
   -- last - base).
   redis.call('DEL', KEYS[4], big_of(KEYS[3]))
 end
--- The list holds every live stream, and lives that expired since (cleaned when found): only a
--- session whose list reached the bound is looked at stream by stream (O(1) below it).
-if redis.call('LLEN', INDEX) >= tonumber(ARGV[11]) then
-  local live = {}
+-- The list holds every live stream in creation order, and lives that expired since (forgotten
+-- when found). At the bound it is walked from the oldest life only as far as needed: lives
+-- that expired are forgotten, finished ones evicted (only the creator's own, when it is given)
+-- until the session is below the bound. That is one meta looked at when the oldest life is
+-- finished or expired (the common case of a long session), the whole list only when the older
+-- lives are still open. Lives that expired further on count until a walk (or touch_session's
+-- sweep) reaches them, as the memory store counts streams it has not swept yet.
+local bound = tonumber(ARGV[11])
+local count = redis.call('LLEN', INDEX)
+if count >= bound then
   for _, l in ipairs(redis.call('LRANGE', INDEX, 0, -1)) do
     local m = redis.call('HMGET', META_PREFIX .. l, 'fin', 'creator')
     if not m[1] then
       redis.call('LREM', INDEX, 0, l)
-    else
-      table.insert(live, {l, m[1], m[2] or ''})
+    elseif m[1] == '1' and (ARGV[15] == '' or (m[2] or '') == ARGV[15]) then
+      drop(l)
+    end
+    count = redis.call('LLEN', INDEX)
+    if count < bound then
+      break
     end
   end
-  local count, i = #live, 1
-  while count >= tonumber(ARGV[11]) do
-    local victim = nil
-    while i <= #live and not victim do
-      if live[i][2] == '1' and (ARGV[15] == '' or live[i][3] == ARGV[15]) then
-        victim = live[i][1]
-      end
-      i = i + 1
-    end
-    if not victim then
-      return 0
-    end
-    drop(victim)
-    count = count - 1
+  if count >= bound then
+    return 0
   end
 end
 redis.call('HSET', KEYS[3], 'kind', ARGV[9], 'owner', ARGV[10], 'last', ARGV[13],
