@@ -221,10 +221,13 @@ class EventStore(Protocol):
         *,
         pending: Sequence[str] | None = None,
         lease: Lease | None = None,
+        finish: bool = False,
     ) -> int:
         """Append ``(data, event)`` pairs in order, atomically, waking readers once.
 
         With *lease*, the append is fenced: refused unless *lease* is still the session's.
+        With *finish*, the terminal marker follows the events in the same step (as
+        :meth:`finish` right after): the pump's last append, when the upstream body had ended.
 
         Returns:
             The offset of the last event.

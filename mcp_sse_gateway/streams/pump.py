@@ -119,6 +119,8 @@ class _Sink:
     on_dropped: Callable[[], None] | None = None
     #: The stream was dropped from the store while pumped; the feed went on alone.
     dropped: bool = False
+    #: The last append carried the terminal marker (the upstream body had ended).
+    finished: bool = False
 
     #: The stream's feed when the pump started, kept by the pump itself: a life retired while
     #: the pump still runs never takes it out of lost mode (no write after a gap).
@@ -131,8 +133,17 @@ class _Sink:
     def lost(self) -> bool:
         return self.feed is not None and self.feed.lost
 
-    async def put(self, events: list[tuple[str, str | None]], pending: list[str] | None) -> bool:
+    async def put(
+        self,
+        events: list[tuple[str, str | None]],
+        pending: list[str] | None,
+        *,
+        finish: bool = False,
+    ) -> bool:
         """Store *events* (then add them to the feed), or push them unstored once lost.
+
+        With *finish*, the store finishes the stream in the same call (not once lost: a lost
+        stream is never finished).
 
         Returns:
             Whether they were stored.
@@ -146,13 +157,14 @@ class _Sink:
             try:
                 lease = self.lease() if callable(self.lease) else self.lease
                 last = await self.store.append_many(
-                    self.session_id, self.life, events, pending=pending, lease=lease
+                    self.session_id, self.life, events, pending=pending, lease=lease, finish=finish
                 )
             except (StoreUnavailable, UnknownStream) as failure:
                 if stream is None or feed is None:
                     raise
                 self._go_lost(stream, failure)
             else:
+                self.finished = finish
                 if feed is not None:
                     feed.add_stored(last - len(events) + 1, events)
                 return True
@@ -260,7 +272,7 @@ async def run_pump(
         while True:
             before = decoder.last_event_id
             closed = await _read_body_or_end(
-                sink, body, decoder, pending, result, stop_when_answered=resumed
+                sink, body, decoder, pending, result, stop_when_answered=resumed, finish=finish
             )
             if resumed:
                 await _close_body(body)
@@ -326,6 +338,7 @@ async def _read_body_or_end(
     result: PumpResult,
     *,
     stop_when_answered: bool,
+    finish: bool = False,
 ) -> _Closed | None:
     """Read one upstream body into the sink; how it closed, or None when it ended the pump.
 
@@ -334,7 +347,13 @@ async def _read_body_or_end(
     """
     try:
         closed = await _read_body(
-            sink, body, decoder, pending, result, stop_when_answered=stop_when_answered
+            sink,
+            body,
+            decoder,
+            pending,
+            result,
+            stop_when_answered=stop_when_answered,
+            finish=finish,
         )
     except _Abandoned:
         # Lost, and its client gone: nothing can read what follows; stop reading the upstream.
@@ -375,11 +394,16 @@ async def _read_body(
     result: PumpResult,
     *,
     stop_when_answered: bool = False,
+    finish: bool = False,
 ) -> _Closed:
     """Append every message of one upstream body; how it closed (its last ``retry``, ms).
 
     With *stop_when_answered*, reading stops after the chunk that settled the last pending
     request: a resumed upstream may hold its replay open with nothing left to send on it.
+
+    With *finish* (the pump ends the stream), the last chunk's append carries the terminal
+    marker when the body had already ended as it was read and every request was answered: the
+    pump then ends without resuming anything, and the marker comes one store call sooner.
 
     Raises:
         EventTooLarge: after appending what the same chunk completed before the big event.
@@ -393,8 +417,11 @@ async def _read_body(
             events, failure = too_large.events, too_large  # type: ignore[assignment]
         # One store call per chunk: under load a chunk carries many events.
         batch, settled = _scan(events, closed, pending)
-        if batch and await sink.put(batch, pending_errors(list(pending)) if settled else None):
-            result.events += len(batch)
+        if batch:
+            last = finish and not pending and failure is None and _ended(body)
+            errors = pending_errors(list(pending)) if settled else None
+            if await sink.put(batch, errors, finish=last):
+                result.events += len(batch)
         if failure is not None:
             raise failure
         if stop_when_answered and settled and not pending:
@@ -426,6 +453,11 @@ def _scan(
     return batch, settled
 
 
+def _ended(body: Chunks) -> bool:
+    """The body already ended (its end arrived with the chunk just read): ``ended``, if it says."""
+    return getattr(body, "ended", False) is True
+
+
 async def _close_body(body: Chunks) -> None:
     """Close a body the pump is done with (its ``finally`` releases the upstream response)."""
     aclose = getattr(body, "aclose", None)
@@ -451,7 +483,7 @@ async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
     try:
         if errors and await sink.put([(data, None) for data in errors], []):
             result.events += len(errors)
-        if finish and not sink.lost:
+        if finish and not sink.lost and not sink.finished:
             await sink.store.finish(sink.session_id, sink.life)
     except _Abandoned:
         pass

@@ -154,6 +154,11 @@ class _Body:
     def __aiter__(self) -> Self:
         return self
 
+    @property
+    def ended(self) -> bool:
+        """The whole body has been read: its end came with the chunks returned so far."""
+        return self._content.at_eof()
+
     async def __anext__(self) -> bytes:
         content = self._content
         try:

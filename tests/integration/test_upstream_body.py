@@ -182,3 +182,27 @@ async def test_a_read_refused_for_a_closed_connection_is_a_broken_body():
 
     with pytest.raises(UpstreamBroken):
         await anext(web_upstream._Body(Closed(), None))  # type: ignore[arg-type]
+
+
+async def test_a_body_says_it_ended_only_once_its_end_came():
+    go: asyncio.Queue[None] = asyncio.Queue()
+
+    async def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await asyncio.wait_for(go.get(), DEADLINE_S)
+        writer.write(b"4\r\nlast\r\n0\r\n\r\n")  # the last chunk and the end, in one write
+        await writer.drain()
+
+    async with (
+        _server(answer) as url,
+        _upstream() as upstream,
+        await upstream.open("POST", url, [], b"{}") as response,
+    ):
+        body = response.chunks()
+        assert await anext(body) == b"first"
+        assert not body.ended  # type: ignore[attr-defined]
+        go.put_nowait(None)
+        assert await asyncio.wait_for(anext(body), DEADLINE_S) == b"last"
+        assert body.ended  # type: ignore[attr-defined]
+        assert [chunk async for chunk in body] == []

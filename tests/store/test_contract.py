@@ -71,6 +71,28 @@ async def test_finish_marks_the_end_and_reads_report_it(make_store):
     assert info.owner == "r1"
 
 
+async def test_an_append_that_finishes_stores_the_events_then_the_end(make_store):
+    store = make_store(finished_stream_ttl_s=SHORT_TTL_S)
+    life, other = new_life(), new_life()
+    await store.create_stream("s", life, kind="request", owner="r1")
+    await store.create_stream("s", other, kind="request", owner="r1")
+    waiter = asyncio.create_task(store.wait("s", life, 0, 10))
+    await eventually(lambda: parked(store, 1))
+    assert await store.append_many("s", life, [("a", None), ("b", "t")], finish=True) == 2
+    assert await asyncio.wait_for(waiter, 5)
+    read = await store.read("s", life, 0, 10)
+    assert [(e.data, e.event) for e in read.events] == [("a", None), ("b", "t")]
+    assert read.finished
+    info = await store.stream_info("s", life)
+    assert (info.first_offset, info.last_offset, info.finished) == (1, 2, True)
+    await store.finish("s", life)  # a finish after it changes nothing
+    assert (await store.stream_info("s", life)).last_offset == 2
+    await store.append("s", other, "c", None)
+    assert not (await store.read("s", other, 0, 10)).finished  # the other stream runs on
+    # Finished as by finish(): replayable for its grace period, then gone.
+    await eventually(lambda: raises(lambda: store.read("s", life, 0, 10), UnknownStream))
+
+
 async def test_streams_are_bound_to_their_session(make_store):
     store = make_store()
     life = new_life()

@@ -588,6 +588,77 @@ async def test_the_pump_stores_events_without_upstream_ids_and_finishes():
     assert read.finished
 
 
+class _EndingBody:
+    """Chunks of a body whose end comes with its last chunk (``ended`` as the upstream's says)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = list(chunks)
+        self.ended = False
+
+    def __aiter__(self) -> _EndingBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._chunks:
+            raise StopAsyncIteration
+        chunk = self._chunks.pop(0)
+        self.ended = not self._chunks
+        return chunk
+
+
+class _CountingStore(MemoryStore):
+    """A memory store that records whether each append finished, and each finish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def append_many(self, *args: Any, finish: bool = False, **kwargs: Any) -> int:
+        self.calls.append("append+finish" if finish else "append")
+        return await super().append_many(*args, finish=finish, **kwargs)
+
+    async def finish(self, session_id: str, life: str) -> None:
+        self.calls.append("finish")
+        await super().finish(session_id, life)
+
+
+async def test_the_last_append_carries_the_end_when_the_body_ended_with_it():
+    store = _CountingStore()
+    stage = _Stage(store=store)
+    await stage.create()
+    answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})
+    body = _EndingBody(sse('{"method":"n"}'), sse(answer))
+    result = await run_pump(store, SID, stage.life, body, request_ids=[1], max_event_bytes=1 << 16)
+    assert (result.events, result.broken, result.pending) == (2, False, [])
+    assert store.calls == ["append", "append+finish"]
+    read = await store.read(SID, stage.life, 0, 10)
+    assert [e.data for e in read.events] == ['{"method":"n"}', answer]
+    assert read.finished
+
+
+async def test_the_end_is_a_call_of_its_own_when_the_body_says_nothing_of_its_end():
+    store = _CountingStore()
+    stage = _Stage(store=store)
+    await stage.create()
+    body = _chunks(sse(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}})))
+    await run_pump(store, SID, stage.life, body, request_ids=[1], max_event_bytes=1 << 16)
+    assert store.calls == ["append", "finish"]
+    assert (await store.read(SID, stage.life, 0, 10)).finished
+
+
+async def test_a_request_unanswered_at_the_bodys_end_gets_its_error_before_the_end():
+    store = _CountingStore()
+    stage = _Stage(store=store)
+    await stage.create()
+    body = _EndingBody(sse('{"method":"n"}'))
+    result = await run_pump(store, SID, stage.life, body, request_ids=[1], max_event_bytes=1 << 16)
+    assert result.pending == [1]
+    assert store.calls == ["append", "append", "finish"]
+    read = await store.read(SID, stage.life, 0, 10)
+    assert json.loads(read.events[-1].data)["error"]["code"] == UPSTREAM_STREAM_BROKEN
+    assert read.finished
+
+
 async def test_a_broken_upstream_body_answers_each_pending_request_with_an_error():
     stage = _Stage()
     await stage.create()

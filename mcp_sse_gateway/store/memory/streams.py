@@ -280,10 +280,12 @@ class MemoryStreams:
         *,
         pending: Sequence[str] | None = None,
         lease: Lease | None = None,
+        finish: bool = False,
     ) -> int:
         """Append events in order (nothing else runs in between); returns the last offset.
 
-        With *lease*, fenced: refused unless it is still the session's.
+        With *lease*, fenced: refused unless it is still the session's. With *finish*, the
+        stream is finished right after (as :meth:`finish`).
 
         Raises:
             UnknownStream: the stream life does not exist (expired or purged).
@@ -308,21 +310,27 @@ class MemoryStreams:
         stream.bytes += size
         self._bytes += size
         if len(stored) > self._max_events:
-            while len(stored) > self._max_events:
-                self._trim_oldest(stream)
-            if not stream.trimmed:
-                stream.trimmed = True
-                log.warning("store.stream_trimmed", limit_events=self._max_events)
+            self._trim_to_bound(stream)
         if self._bytes > self._max_bytes:
             self._make_room(stream)
         elif self._cap_evicted or self._cap_trimmed:  # held back within the interval
             self.log_cap(self._clock())
+        if finish:
+            self._finish(stream)  # after the cap's evictions, as a finish of its own would be
         stream.wake()
         return offset
 
     def _check_lease(self, session_id: str, lease: Lease) -> None:
         """Refuse an append under *lease* unless it is the session's (see MemoryLeases)."""
         raise NotImplementedError
+
+    def _trim_to_bound(self, stream: Stream) -> None:
+        """Trim *stream* to ``max_events_per_stream`` (logged the first time)."""
+        while len(stream.events) > self._max_events:
+            self._trim_oldest(stream)
+        if not stream.trimmed:
+            stream.trimmed = True
+            log.warning("store.stream_trimmed", limit_events=self._max_events)
 
     def _trim_oldest(self, stream: Stream) -> None:
         dropped = stream.events.popleft()
@@ -381,10 +389,14 @@ class MemoryStreams:
         with contextlib.suppress(UnknownStream):
             stream = self._stream(session_id, life)
             if not stream.finished:
-                stream.finished = True
-                stream.expires_at = self._clock() + self._finished_ttl_s
-                self._finished[(stream.session_key, stream.life)] = stream
+                self._finish(stream)
                 stream.wake()
+
+    def _finish(self, stream: Stream) -> None:
+        if not stream.finished:
+            stream.finished = True
+            stream.expires_at = self._clock() + self._finished_ttl_s
+            self._finished[(stream.session_key, stream.life)] = stream
 
     async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
         """Events with offsets after *after*, oldest first, at most *limit*.

@@ -2,8 +2,9 @@
 -- ARGV[10] the writer's previous offset (-1: unknown), ARGV[11] token of this append (random;
 -- the same when the call is repeated), ARGV[12] new pending error datas given (1/0), ARGV[13]
 -- those datas (LF-joined), ARGV[14] the writer's lease holder ('' for an unfenced append),
--- ARGV[15] its epoch, ARGV[16..] the events as pairs: data, '' (no event type) or '=' followed
--- by the event type.
+-- ARGV[15] its epoch, ARGV[16] finish the stream after the events (1/0), ARGV[17] the finished
+-- stream's TTL (ms), ARGV[18..] the events as pairs: data, '' (no event type) or '=' followed by
+-- the event type.
 -- -> {last offset, trimmed for the first time (1/0)}; {-1, 0} unknown stream; {-2, 0} events
 -- lost; {-3, 0} the lease is no longer the writer's (fencing: nothing stored)
 local meta, stream, life = KEYS[3], KEYS[4], ARGV[8]
@@ -33,7 +34,7 @@ local max_events = tonumber(ARGV[9])
 -- all three per event: fine for the one-event appends of other scripts).
 local previous = tonumber(m[1])
 local last, bigs = previous, {}
-for i = 16, #ARGV, 2 do
+for i = 18, #ARGV, 2 do
   last = last + 1
   local data, event = ARGV[i], ARGV[i + 1]
   if event == '' then
@@ -66,9 +67,15 @@ local trimmed = 0
 if stored > max_events and redis.call('HSETNX', meta, 'trimmed', '1') == 1 then
   trimmed = 1
 end
-if m[2] ~= '1' then
+if m[2] == '1' then
+  touch_session()
+  wake(life)
+elseif ARGV[16] == '1' then
+  finish(meta, stream, life, tonumber(ARGV[17])) -- TTLs, the session's list, the wake-up
+  touch_session()
+else
   keep_open(meta, stream)
+  touch_session()
+  wake(life)
 end
-touch_session()
-wake(life)
 return {last, trimmed}
