@@ -188,6 +188,37 @@ async def test_a_long_session_at_its_bound_evicts_its_oldest_finished_streams_in
     assert await store.stream_info("s", running) is not None
 
 
+async def test_at_the_bound_streams_that_finished_first_go_first(make_store):
+    store = make_store(max_streams_per_session=2)
+    first, second = new_life(), new_life()
+    await store.create_stream("s", first, kind="request", owner="r1")
+    await store.create_stream("s", second, kind="request", owner="r1")
+    await store.finish("s", second)
+    await store.finish("s", first)  # created first, finished last: its answer is the newest
+    await store.create_stream("s", new_life(), kind="request", owner="r1")
+    assert await store.stream_info("s", second) is None
+    assert await store.stream_info("s", first) is not None
+
+
+async def test_a_long_call_that_just_finished_outlives_short_ones_that_expired(make_store):
+    store = make_store(max_streams_per_session=4, finished_stream_ttl_s=SHORT_TTL_S)
+    long_call = new_life()
+    await store.create_stream("s", long_call, kind="request", owner="r1")
+    short = [new_life() for _ in range(3)]
+    for life in short:
+        await store.create_stream("s", life, kind="request", owner="r1")
+        await store.finish("s", life)
+    for life in short:  # their answers were read long ago; their grace period ran out
+        await eventually(
+            lambda life=life: raises(lambda: store.read("s", life, 0, 1), UnknownStream)
+        )
+    await store.append("s", long_call, "answer", None)
+    await store.finish("s", long_call)
+    await store.create_stream("s", new_life(), kind="request", owner="r1")  # at the bound
+    read = await store.read("s", long_call, 0, 10)  # its client resumes for the answer
+    assert [e.data for e in read.events] == ["answer"]
+
+
 async def test_finished_stream_expires_after_its_grace_period(make_store):
     store = make_store(finished_stream_ttl_s=SHORT_TTL_S)
     life = new_life()

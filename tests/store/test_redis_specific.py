@@ -1017,6 +1017,21 @@ async def test_a_new_stream_at_the_session_bound_looks_at_its_oldest_streams_onl
     assert looked_at == [1] * 5  # the oldest life, finished: evicted
 
 
+async def test_a_life_created_again_after_its_meta_was_lost_is_listed_once(make_redis_store):
+    store = make_redis_store(max_streams_per_session=2)
+    admin = make_redis_store.admin()
+    done, standalone = new_life(), new_life()
+    await store.create_stream("s", done, kind="request", owner="r1")
+    await store.finish("s", done)
+    await store.create_stream("s", standalone, kind="standalone", owner="r1")
+    keys = SessionKeys.of(PREFIX, "s")
+    await admin.delete(keys.meta(standalone))  # lost (evicted under maxmemory, say)
+    await store.create_stream("s", standalone, kind="standalone", owner="r1")
+    assert await store.stream_info("s", done) is not None  # no eviction for its stale entry
+    lives = [life.decode() for life in await admin.lrange(keys.index, 0, -1)]
+    assert sorted(lives) == sorted([done, standalone])
+
+
 # The replica's session cache (local_cache.py) --------------------------------------------------
 
 

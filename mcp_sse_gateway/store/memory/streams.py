@@ -397,6 +397,12 @@ class MemoryStreams:
             stream.finished = True
             stream.expires_at = self._clock() + self._finished_ttl_s
             self._finished[(stream.session_key, stream.life)] = stream
+            # The session's streams: open ones in creation order, finished ones in the order
+            # they finished (and expire), as the Redis store lists them; the oldest finished
+            # one goes first at the session's bound (create_stream).
+            streams = self._streams.get(stream.session_key)
+            if streams is not None and streams.get(stream.life) is stream:
+                streams.move_to_end(stream.life)
 
     async def read(self, session_id: str, life: str, after: int, limit: int) -> ReadResult:
         """Events with offsets after *after*, oldest first, at most *limit*.

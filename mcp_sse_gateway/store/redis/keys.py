@@ -62,7 +62,7 @@ class SessionKeys:
 
     @property
     def index(self) -> str:
-        """The session's stream lives in creation order (list)."""
+        """The session's stream lives (list): open ones by creation, finished ones by finish."""
         return f"{self.base}:streams"
 
     @property

@@ -10,16 +10,18 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 else
   -- Events of a life whose meta was lost (evicted, expired apart): a standalone life created
   -- again under the same id must not count them, nor the append's bound (it trims only past
-  -- last - base).
+  -- last - base). Nor its entry in the session's list: it is listed once, at the end.
   redis.call('DEL', KEYS[4], big_of(KEYS[3]))
+  redis.call('LREM', INDEX, 0, life)
 end
--- The list holds every live stream in creation order, and lives that expired since (forgotten
--- when found). At the bound it is walked from the oldest life only as far as needed: lives
--- that expired are forgotten, finished ones evicted (only the creator's own, when it is given)
--- until the session is below the bound. That is one meta looked at when the oldest life is
--- finished or expired (the common case of a long session), the whole list only when the older
--- lives are still open. Lives that expired further on count until a walk (or touch_session's
--- sweep) reaches them, as the memory store counts streams it has not swept yet.
+-- The list holds the session's lives: the open ones in the order they were created, each
+-- finished one moved to the end as it finished (prelude's finish), and lives that expired
+-- since (forgotten when found). At the bound it is walked from the oldest only as far as
+-- needed: lives that expired are forgotten, finished ones evicted (only the creator's own,
+-- when it is given) until the session is below the bound. Finished lives expire in the order
+-- they finished, so the walk meets the expired ones before any finished life it would evict:
+-- one meta looked at when the oldest life is finished or expired (the common case of a long
+-- session), the whole list only when the older lives are still open.
 local bound = tonumber(ARGV[11])
 local count = redis.call('LLEN', INDEX)
 if count >= bound then

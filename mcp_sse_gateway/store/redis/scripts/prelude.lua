@@ -141,11 +141,16 @@ local function add_event(meta, stream, max_events, data, has_event, event)
   return last
 end
 
+-- A finished life moves to the end of the session's list: the list holds the finished lives in
+-- the order they finished, which is the order they expire in (one TTL for all), so a walk from
+-- the oldest meets those that expired before any finished life still kept (create_stream.lua).
 local function finish(meta, stream, life, fin_ms)
   redis.call('HSET', meta, 'fin', '1')
   redis.call('PEXPIRE', meta, fin_ms)
   redis.call('PEXPIRE', stream, fin_ms)
   redis.call('PEXPIRE', big_of(meta), fin_ms)
+  redis.call('LREM', INDEX, 0, life)
+  redis.call('RPUSH', INDEX, life)
   extend(INDEX, fin_ms)
   wake(life)
 end
