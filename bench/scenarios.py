@@ -986,6 +986,14 @@ async def _storm(ctx: Context, target: Running, clients: list[McpClient]) -> dic
         waits = [sink.done for sink in sinks if sink.done is not None]
         more, timed_out_too = await _gather_bounded(waits, _deadline(total, floor_s=60.0))
         errors += more
+    # Which clients never got their response, and how far they got: enough to tell a stream the
+    # target ended early (its connection closed) from one still open, should it ever happen.
+    stalled = [
+        f"{_text(first_id)}: {sink.events} events, last id {_text(sink.last_id)}, connection "
+        f"{'closed' if connection.closed.done() else 'open'}"
+        for first_id, sink, connection in zip(ids, sinks, connections, strict=True)
+        if sink.response is None
+    ]
     for connection in connections:
         connection.close()
     done_ms = [(sink.response_ns - sent_ns) / 1e6 for sink in sinks if sink.response is not None]
@@ -1001,9 +1009,15 @@ async def _storm(ctx: Context, target: Running, clients: list[McpClient]) -> dic
             "redis_clients_peak": monitor.redis_clients_peak if target.redis_url else None,
             "errors": errors[:5],
             "error_count": len(errors),
+            "stalled": stalled[:5],
+            "stalled_count": len(stalled),
         }
     )
     return result
+
+
+def _text(event_id: bytes | None) -> str:
+    return event_id.decode(errors="replace") if event_id is not None else "-"
 
 
 def _resumers(ctx: Context, name: str) -> int:
@@ -1045,6 +1059,11 @@ def _storm_text(storm: dict[str, Any]) -> str:
         f"{storm['caught_up']:,}/{storm['resumers']:,} caught up in "
         f"{storm['all_caught_up_ms']:.0f} ms (p50 {storm['p50_ms']:.0f} ms), missing "
         f"{storm['missing']:,}, {storm['error_count']} errors"
+        + (
+            f"; {storm['stalled_count']} without their response, e.g. {storm['stalled']}"
+            if storm.get("stalled_count")
+            else ""
+        )
     )
 
 
