@@ -174,7 +174,11 @@ async def stop_process(
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
-        await process.wait()
+        # SIGKILL ends it at once; the wait is bounded anyway (asyncio's wait() also waits for
+        # the process's pipes, which a child of its own may hold open).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await process.wait()
 
 
 def _new_log(workdir: Path, name: str) -> Path:

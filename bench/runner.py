@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import datetime
 import functools
+import io
 import json
 import platform
 import subprocess
@@ -37,6 +38,11 @@ from bench.targets import load_targets, sort_names
 DEFAULT_OUT = ROOT / "bench" / "results"
 SMOKE_TARGETS = ("direct", "gateway-memory", "gateway-redis")
 UPSTREAM_START_S = 30.0
+#: A scenario still running after this long is stopped and reported failed, with where each of
+#: the harness's tasks was waiting: a hang shows itself instead of holding the run, seconds.
+SCENARIO_TIMEOUT_S = 1500.0
+#: The same bound for ``--smoke`` (its scenarios take seconds; the smoke test allows 90 s in all).
+SMOKE_SCENARIO_TIMEOUT_S = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -212,16 +218,44 @@ class Report:
         (self.out / f"{self.stamp}.json").write_text(json.dumps(self.raw, indent=1, default=str))
 
 
-async def _scenario(name: str, ctx: Context) -> tuple[Outcome, bool]:
-    """Run one scenario; a crash becomes a table saying so (and the run's exit code 1)."""
+async def _scenario(
+    name: str, ctx: Context, timeout_s: float = SCENARIO_TIMEOUT_S
+) -> tuple[Outcome, bool]:
+    """Run one scenario; a crash becomes a table saying so (and the run's exit code 1).
+
+    One still running after *timeout_s* seconds is cancelled and reported the same way; the
+    stacks of the harness's tasks at that moment go to the log first (what it waited on).
+    """
+    loop = asyncio.get_running_loop()
+    stacks: list[str] = []
+    # Just before the timeout cancels it: a cancelled task's stack is unwound.
+    watchdog = loop.call_later(max(timeout_s - 0.5, 0), lambda: stacks.append(task_stacks()))
     try:
-        return await SCENARIOS[name](ctx), True
+        async with asyncio.timeout(timeout_s) as deadline:
+            return await SCENARIOS[name](ctx), True
     except Exception as exc:
-        _log(f"scenario {name} FAILED: {type(exc).__name__}: {exc}")
+        if isinstance(exc, TimeoutError) and deadline.expired():
+            error = f"still running after {timeout_s:g} s (a hang): stopped"
+            _log(f"scenario {name} FAILED: {error}; the harness's tasks then:\n" + "".join(stacks))
+        else:
+            error = f"{type(exc).__name__}: {exc}"
+            _log(f"scenario {name} FAILED: {error}")
         outcome = Outcome(name)
-        error = f"{type(exc).__name__}: {exc}"
         outcome.tables.append(Table(title=f"{name}: failed", columns=["error"], rows=[[error]]))
         return outcome, False
+    finally:
+        watchdog.cancel()
+
+
+def task_stacks() -> str:
+    """Where each running task of this loop waits now: its coroutine chain, innermost last."""
+    out = io.StringIO()
+    for task in sorted(asyncio.all_tasks(), key=lambda task: task.get_name()):
+        if task is asyncio.current_task():
+            continue
+        out.write(f"--- {task.get_name()}:\n")
+        task.print_stack(file=out)
+    return out.getvalue()
 
 
 async def _with_upstream(
@@ -240,7 +274,8 @@ async def _with_upstream(
         url = await read_announcement(child, "LISTENING ", UPSTREAM_START_S)
         pids_line = await read_announcement(child, "PIDS ", UPSTREAM_START_S)
         upstream = Upstream(url, [int(pid) for pid in pids_line.split()])
-        outcome, ok = await _scenario(name, context(upstream=upstream))
+        timeout_s = SMOKE_SCENARIO_TIMEOUT_S if args.smoke else SCENARIO_TIMEOUT_S
+        outcome, ok = await _scenario(name, context(upstream=upstream), timeout_s)
         code = child.process.returncode
         if code is not None:
             _log(f"the synthetic upstream exited with code {code} during {name}")
