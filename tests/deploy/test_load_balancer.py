@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from tests.support.mcp_http import open_session, stream_notifications_call
 from tests.support.ports import free_port
 from tests.support.processes import stop_process
 from tests.support.sse_client import read_events
-from tests.support.waiting import eventually, until_status
+from tests.support.waiting import until_status
 
 pytestmark = [
     pytest.mark.redis,
@@ -74,9 +73,9 @@ class Cluster:
         finally:
             del self.replicas[index]
 
-    async def streams_active(self, index: int) -> float:
-        """The replica's open client streams (its /metrics)."""
-        return await _metric(self.ports[index], "mcp_sse_gateway_streams_active")
+    async def pumps_active(self, index: int) -> float:
+        """The upstream streams the replica reads now (its /metrics)."""
+        return await _metric(self.ports[index], "mcp_sse_gateway_pumps_active")
 
 
 async def _metric(port: int, name: str) -> float:
@@ -278,7 +277,13 @@ async def test_calls_resumed_through_haproxy_round_robin(private_redis, poll_aft
 
 async def test_rolling_restart_loses_nothing(private_redis):
     """SIGTERM one replica, start its replacement, wait for readiness, then the next, while
-    calls (each shorter than the drain timeout) keep arriving."""
+    calls (each shorter than the drain timeout) keep arriving through the load balancer.
+
+    Which replica round robin hands a call's POST to depends on the phase of every client's
+    requests, so each replica is also given a call of its own (POSTed to it, resumed through
+    the load balancer) and is stopped only once it pumps it: every restart is one of a replica
+    with a call in flight.
+    """
     count = 30
     async with (
         _cluster(
@@ -299,10 +304,16 @@ async def test_rolling_restart_loses_nothing(private_redis):
 
         feeder = asyncio.ensure_future(arrivals())
         for index in range(3):
-            # Only a replica serving streams is a real test of its restart.
-            await eventually(
-                functools.partial(cluster.streams_active, index), timeout_s=DEADLINE_S, poll_s=0.05
+            direct = f"http://127.0.0.1:{cluster.ports[index]}/mcp"
+            started: asyncio.Queue[None] = asyncio.Queue()
+            running.append(
+                asyncio.ensure_future(
+                    _pumped_by(http, direct, cluster.url, started, count=count, interval_ms=50)
+                )
             )
+            async with asyncio.timeout(DEADLINE_S):
+                await started.get()
+            assert await cluster.pumps_active(index), f"replica {index} pumps the call POSTed to it"
             await cluster.stop(index)  # SIGTERM: drain, then exit
             await cluster.start(index)  # the replacement, ready
         restarting = False
@@ -313,14 +324,20 @@ async def test_rolling_restart_loses_nothing(private_redis):
 
 
 async def _pumped_by(
-    http: aiohttp.ClientSession, direct: str, balanced: str, started: asyncio.Queue[None]
+    http: aiohttp.ClientSession,
+    direct: str,
+    balanced: str,
+    started: asyncio.Queue[None],
+    *,
+    count: int = 10_000,
+    interval_ms: int = 50,
 ) -> Tally:
     """A call POSTed straight to one replica (it pumps it), resumed through the LB when that
-    connection breaks."""
+    connection breaks. *started* gets an item once its first events arrived."""
     tally = Tally()
     async with asyncio.timeout(DEADLINE_S):
         headers = await open_session(http, direct, client_name=CLIENT_NAME)
-        call = stream_notifications_call(10_000, 50)
+        call = stream_notifications_call(count, interval_ms)
         response = await http.post(direct, headers=headers, json=call)
         first, _ = await read_events(response, until=3)
         cursor = _count(tally, first, None)
