@@ -58,9 +58,12 @@ class _QuietRequestHandler(RequestHandler):
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
         log.info("client.header_timeout", timeout_s=self._header_timeout_s)
-        if self.transport is not None:
-            self.force_close()
-            self.transport.close()
+        # force_close() closes an idle connection's transport itself (and forgets it); one with
+        # a request under way is closed once that request ends, so close it here too.
+        self.force_close()
+        transport = self.transport
+        if transport is not None:
+            transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

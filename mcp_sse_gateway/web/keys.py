@@ -61,5 +61,9 @@ STREAMS = web.AppKey("streams", Streams)
 AUTHORIZER = web.AppKey("authorizer", Authorizer)
 #: Per request: the body bytes it holds, counted in ``GatewayState.buffered_bytes``.
 BUFFERED_BYTES = web.RequestKey("buffered_bytes", int)
+#: Per request: the id of the lone JSON-RPC request its body holds (not a batch), which the
+#: gateway's own error response for it then carries (JSON-RPC 2.0 §5: null only when the id
+#: cannot be determined).
+JSONRPC_REQUEST_ID: web.RequestKey[str | int] = web.RequestKey("jsonrpc_request_id")
 #: This replica's id (random per process): the owner recorded on the streams it pumps.
 REPLICA_ID = web.AppKey("replica_id", str)

@@ -43,7 +43,14 @@ from mcp_sse_gateway.errors import (
 )
 from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.tracing import SESSION
-from mcp_sse_gateway.web.keys import BUFFERED_BYTES, METRICS, SETTINGS, STATE, TRACING
+from mcp_sse_gateway.web.keys import (
+    BUFFERED_BYTES,
+    JSONRPC_REQUEST_ID,
+    METRICS,
+    SETTINGS,
+    STATE,
+    TRACING,
+)
 
 log = structlog.get_logger("mcp_sse_gateway.request")
 
@@ -99,8 +106,12 @@ def _status_for(exc: GatewayError) -> tuple[int, int, str]:
     return 500, -32603, "Internal error"
 
 
-def error_response(exc: GatewayError) -> web.Response:
-    """The client-facing response for a gateway error: status from :data:`STATUS_BY_ERROR`."""
+def error_response(exc: GatewayError, request_id: jsonrpc.JSONRPCId | None = None) -> web.Response:
+    """The client-facing response for a gateway error: status from :data:`STATUS_BY_ERROR`.
+
+    The JSON-RPC error carries *request_id*: the id of the lone request the body held, or None
+    (``null``) when it cannot be determined (no body yet, a batch, a notification).
+    """
     status, code, message = _status_for(exc)
     headers = (
         {"Retry-After": str(STORE_RETRY_AFTER_S)}
@@ -109,7 +120,7 @@ def error_response(exc: GatewayError) -> web.Response:
     )
     return web.Response(
         status=status,
-        body=json.dumps(jsonrpc.error_response(None, code, message)).encode(),
+        body=json.dumps(jsonrpc.error_response(request_id, code, message)).encode(),
         content_type="application/json",
         headers=headers,
     )
@@ -134,7 +145,7 @@ async def request_context(
         try:
             response = await handler(request)
         except GatewayError as exc:
-            response = error_response(exc)
+            response = error_response(exc, request.get(JSONRPC_REQUEST_ID))
             if isinstance(exc, BodyTimeout):
                 # The rest of the body may still trickle in: this connection cannot be reused.
                 response.force_close()

@@ -54,6 +54,7 @@ from mcp_sse_gateway.web import managed, tasks
 from mcp_sse_gateway.web.keys import (
     AUTHORIZER,
     BUFFERED_BYTES,
+    JSONRPC_REQUEST_ID,
     METRICS,
     SETTINGS,
     STATE,
@@ -231,6 +232,7 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     binding, creator = authorizer.binding(request) if session_id is not None else ("", "")
     messages = jsonrpc.parse_messages(body) if request.method == "POST" and body else None
     _annotate_method(request, messages)
+    _note_request_id(request, body, messages)
     call = UpstreamCall(
         upstream_url_for(request, settings, mcp=True),
         _forward_headers(request, settings, mcp=True),
@@ -305,6 +307,17 @@ async def _serve_managed(  # noqa: PLR0917 - one request's parts
         method=jsonrpc.method_name(messages),
         upgrade=managed.upgrades(request, body, messages),
     )
+
+
+def _note_request_id(
+    request: web.Request, body: bytes | None, messages: list[dict[str, Any]] | None
+) -> None:
+    """Keep the id of a body's lone JSON-RPC request for the gateway's errors to carry."""
+    if not body or messages is None or len(messages) != 1 or jsonrpc.is_batch(body):
+        return
+    ids = jsonrpc.request_ids(messages)
+    if ids:
+        request[JSONRPC_REQUEST_ID] = ids[0]
 
 
 def _annotate_method(request: web.Request, messages: list[dict[str, Any]] | None) -> None:

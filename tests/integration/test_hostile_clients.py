@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -18,12 +19,23 @@ from tests.support.waiting import eventually
 DEADLINE_S = 10
 
 
+@pytest.fixture
+async def loop_errors() -> AsyncIterator[list[dict[str, object]]]:
+    """What reaches the event loop's exception handler during the test (callbacks that raised)."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    yield errors
+    loop.set_exception_handler(previous)
+
+
 async def _closed_within(reader: asyncio.StreamReader, timeout_s: float) -> bytes:
     """Everything the gateway sends until it closes the connection (bounded by *timeout_s*)."""
     return await asyncio.wait_for(reader.read(), timeout_s)
 
 
-async def test_headers_trickling_in_are_cut_at_the_deadline(upstream, gateway):
+async def test_headers_trickling_in_are_cut_at_the_deadline(upstream, gateway, loop_errors):
     async with gateway(upstream.url, server={"header_timeout_s": 0.3}) as gw:
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
         writer.write(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -44,13 +56,15 @@ async def test_headers_trickling_in_are_cut_at_the_deadline(upstream, gateway):
     assert leftover == b""  # closed without an answer
     assert index < 40  # within about 0.3 s of 50 ms steps, not 5 s
     assert not upstream.requests
+    assert not loop_errors  # closed quietly (an info line), no callback failed
 
 
-async def test_a_silent_new_connection_is_closed(upstream, gateway):
+async def test_a_silent_new_connection_is_closed(upstream, gateway, loop_errors):
     async with gateway(upstream.url, server={"header_timeout_s": 0.2}) as gw:
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
         assert await _closed_within(reader, DEADLINE_S) == b""
         writer.close()
+    assert not loop_errors  # closed quietly (an info line), no callback failed
 
 
 async def test_an_idle_kept_alive_connection_is_not_cut_by_the_header_deadline(upstream, gateway):

@@ -667,7 +667,9 @@ async def test_streams_per_session_bound_refuses_before_forwarding(upstream, gat
         refused = await http.post(gw.mcp_url, json=_call(2), headers=_headers())
         assert refused.status == 503
         assert refused.headers["Retry-After"] == "1"
-        assert (await refused.json())["error"]["message"] == "Too many open streams"
+        refusal = await refused.json()
+        assert refusal["error"]["message"] == "Too many open streams"
+        assert refusal["id"] == 2  # the refused request's own id
         assert len(upstream.requests) == forwarded  # nothing forwarded
         call.resume.set()
         await read_events(first)

@@ -152,6 +152,15 @@ async def test_upstream_unreachable_gives_502_with_jsonrpc_error(gateway, http):
         assert body["error"]["code"] == -32002
         assert "Traceback" not in json.dumps(body)
         assert str(closed_port) not in json.dumps(body)
+        assert body["id"] == 1  # the request's own id (JSON-RPC 2.0 §5)
+        named = await http.post(gw.mcp_url, json=_jsonrpc("ping", request_id="req-7"))
+        assert (await named.json())["id"] == "req-7"
+        # null only where the id cannot be determined: a batch, a notification
+        batch = await http.post(gw.mcp_url, json=[_jsonrpc("ping", 3), _jsonrpc("ping", 4)])
+        notification = await http.post(gw.mcp_url, json=_jsonrpc("notifications/x", None))
+        for response in (batch, notification):
+            assert response.status == 502
+            assert (await response.json())["id"] is None
 
 
 async def test_headers_timeout_gives_502(upstream, gateway, http):
