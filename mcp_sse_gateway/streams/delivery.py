@@ -51,7 +51,7 @@ from mcp_sse_gateway.errors import (
 from mcp_sse_gateway.event_ids import event_id, priming_id
 from mcp_sse_gateway.metrics import Metrics
 from mcp_sse_gateway.sse import encode_comment, encode_priming, format_event, format_head
-from mcp_sse_gateway.store.base import EventStore, StoredEvent
+from mcp_sse_gateway.store.base import EventStore, ReadResult, StoredEvent
 from mcp_sse_gateway.streams.alarm import SLACK_S, Alarm
 from mcp_sse_gateway.streams.cursor import Delivered, DeliveryCursor
 from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
@@ -113,6 +113,7 @@ class Delivery:
         replay_until: int = 0,
         check_owner: Callable[[], Awaitable[object]] | None = None,
         reader: str | None = None,
+        first: ReadResult | None = None,
     ) -> None:
         self._sink, self._store, self._stream = sink, store, stream
         self._claim = reader
@@ -123,6 +124,8 @@ class Delivery:
         self.events = 0
         self._start, self._replay_until = cursor, replay_until
         self._reader = StoreReader(store, stream.session_id, stream.life, self._batch)
+        if first is not None:
+            self._reader.seed(cursor, first)
         self._replaying = True
         self._full_batches = 0
         #: Per event type, the block's lines up to its offset (see _write_events).
@@ -486,11 +489,14 @@ async def deliver(
     replay_until: int = 0,
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
+    first: ReadResult | None = None,
 ) -> Delivered:
     """Attach to *stream* (replacing an older connection) and deliver it until a close.
 
     Every end but a slow reader's and a vanished client's is written as ``retry`` then the
-    end of the response: a client that reconnects waits ``sse.retry_ms``.
+    end of the response: a client that reconnects waits ``sse.retry_ms``. *first* is the
+    batch after *cursor*, when the caller read it already (a resume checks its stream is
+    still there before it answers 200).
 
     Returns:
         What was delivered, and why it ended.
@@ -509,6 +515,7 @@ async def deliver(
         replay_until=replay_until,
         check_owner=check_owner,
         reader=reader,
+        first=first,
     )
     ended = "client_gone"
     metrics.streams_active.inc()

@@ -18,11 +18,12 @@ from mcp_sse_gateway.errors import (
     CursorGone,
     GatewayError,
     InvalidEventId,
+    StoreUnavailable,
     StreamError,
     UnknownStream,
 )
 from mcp_sse_gateway.event_ids import Cursor
-from mcp_sse_gateway.store.base import SessionRecord, StreamInfo, session_digest
+from mcp_sse_gateway.store.base import ReadResult, SessionRecord, StreamInfo, session_digest
 from mcp_sse_gateway.streams.cursor import Delivered
 from mcp_sse_gateway.streams.delivery import deliver
 from mcp_sse_gateway.streams.life import StreamLife
@@ -191,6 +192,7 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
         # 204 makes EventSource and the SDK clients stop reconnecting: nothing will follow.
         decided("done")
         return web.Response(status=204, headers={"Content-Type": "text/event-stream"}), None
+    first = await _first_batch(request, session_id, cursor, info, decided)
     check_owner = request.app[STREAMS].resumes.owner_check(session_id, info)
     if check_owner is not None and not info.finished:
         await check_owner()
@@ -208,6 +210,7 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
         replay_until=info.last_offset,
         check_owner=check_owner,
         reader=reader,
+        first=first,
     )
     log.info(
         "stream.resumed",
@@ -217,6 +220,39 @@ async def _resume(  # noqa: PLR0917 - the parts of resume()
         ended=delivered.ended,
     )
     return out, delivered
+
+
+async def _first_batch(
+    request: web.Request,
+    session_id: str,
+    cursor: Cursor,
+    info: StreamInfo,
+    decided: Callable[[str], None],
+) -> ReadResult | None:
+    """The first batch of a finished request stream's replay, read before the 200 is sent.
+
+    A finished stream may be evicted (the session's bound) or expire between the resume's
+    lookup and its first read, and the authorization's probe of the upstream puts a round
+    trip in between: read first, so that such a resume gets 400 like any unknown stream, not
+    a 200 with a priming event and nothing else. The delivery starts from this batch (no read
+    more). A running stream is never evicted; a store that cannot be reached now is left to
+    the delivery, which waits for it as on any outage.
+
+    Raises:
+        UnknownStream, CursorGone: the stream, or the events after the cursor, are gone.
+    """
+    if not info.finished or info.kind != "request":
+        return None
+    settings = request.app[SETTINGS]
+    try:
+        return await request.app[STREAMS].ctx.store.read(
+            session_id, cursor.life, cursor.offset, settings.store.replay_batch_events
+        )
+    except StoreUnavailable:
+        return None
+    except StreamError as exc:
+        decided(RESUME_OUTCOMES.get(type(exc), "invalid"))
+        raise
 
 
 async def standalone(
@@ -322,11 +358,13 @@ async def _deliver(
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
     opened: StreamLife | None = None,
+    first: ReadResult | None = None,
 ) -> tuple[web.StreamResponse, Delivered]:
     """Open the SSE response and deliver stream *life* to it from *cursor* (streams.delivery).
 
     *opened* is the life this request's pump started (a POST): its feed, or what is left of it
-    once the pump ended, serves the connection before the store does.
+    once the pump ended, serves the connection before the store does. *first* is the batch
+    after *cursor*, read already (see _first_batch).
     """
     app = request.app
     settings = app[SETTINGS]
@@ -350,5 +388,6 @@ async def _deliver(
         replay_until=replay_until,
         check_owner=check_owner,
         reader=reader,
+        first=first,
     )
     return response, delivered

@@ -278,3 +278,34 @@ async def test_calls_without_credentials_make_room_among_themselves(upstream, ga
         cursors = [await _finished_stream(upstream, http, gw, i) for i in range(1, 6)]
         assert await _resume_status(http, gw, cursors[-1]) == 200
         assert await _resume_status(http, gw, cursors[0]) == 400  # evicted for the later ones
+
+
+async def test_a_stream_evicted_while_its_resume_is_authorized_gets_400(upstream, gateway, http):
+    """The resume's lookup finds the finished stream; a new call evicts it (the session's
+    bound) while the upstream answers the resume's authorization probe: 400, as for any
+    stream the session no longer has, never a 200 with a priming event and nothing else."""
+    async with gateway(upstream.url, store={"max_streams_per_session": 1}) as gw:
+        await _initialize(upstream, http, gw)
+        cursor = await _finished_stream(upstream, http, gw, 1)
+        probe_held = asyncio.Event()
+        answer_probe = asyncio.Event()
+        call = ToolCall(2)
+
+        async def slow_probe(request: web.Request) -> web.StreamResponse:
+            message = json.loads(await request.read())
+            if message.get("method") != "ping":
+                return await call.handle(request)
+            probe_held.set()
+            await answer_probe.wait()
+            return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": {}})
+
+        upstream.answer_pings = False
+        upstream.routes["/mcp"] = slow_probe
+        resume = asyncio.ensure_future(_resume_status(http, gw, cursor))
+        await asyncio.wait_for(probe_held.wait(), 10)
+        newer = await http.post(gw.mcp_url, json=_call(2), headers=_headers())
+        assert newer.status == 200  # the bound: the finished stream made room for it
+        _, ended = await read_events(newer)
+        assert ended
+        answer_probe.set()
+        assert await asyncio.wait_for(resume, 10) == 400
