@@ -8,6 +8,7 @@ Sources: JSON-RPC 2.0 specification; MCP 2025-11-25 "Base Protocol" and "Lifecyc
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 JSONRPCId = str | int
@@ -40,21 +41,28 @@ def parse_messages(body: bytes | str) -> list[dict[str, Any]] | None:
     return items
 
 
-#: Bytes of a body looked at to tell a batch (enough for a BOM and leading whitespace).
+#: Bytes of a body looked at to tell its encoding (a BOM, or the NUL pattern of UTF-16/32).
 _BATCH_PREFIX_BYTES = 256
+#: UTF-8's optional BOM, then JSON's whitespace (RFC 8259 §2), however long.
+_UTF8_LEADING = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")
 
 
 def is_batch(body: bytes | str) -> bool:
     """Whether *body* is a JSON array (a batch) in any encoding ``json.loads`` reads.
 
-    UTF-8, 16 or 32, with or without a byte order mark, leading whitespace skipped.
+    UTF-8, 16 or 32, with or without a byte order mark, leading whitespace skipped (all of it:
+    a padded batch of one is still a batch).
     """
     if isinstance(body, bytes):
-        head = body[:_BATCH_PREFIX_BYTES]
         try:
-            text = head.decode(json.detect_encoding(head), errors="ignore")
+            encoding = json.detect_encoding(body[:_BATCH_PREFIX_BYTES])
         except LookupError:
             return False
+        if encoding in {"utf-8", "utf-8-sig"}:
+            leading = _UTF8_LEADING.match(body)
+            index = leading.end() if leading is not None else 0
+            return body[index : index + 1] == b"["
+        text = body.decode(encoding, errors="ignore")
     else:
         text = body
     return text.lstrip("\ufeff \t\r\n")[:1] == "["

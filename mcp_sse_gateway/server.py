@@ -58,8 +58,8 @@ class _QuietRequestHandler(RequestHandler):
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
         log.info("client.header_timeout", timeout_s=self._header_timeout_s)
-        # force_close() closes an idle connection's transport itself (and forgets it); one with
-        # a request under way is closed once that request ends, so close it here too.
+        # force_close() closes the transport and forgets it (aiohttp 3.x); should a version keep
+        # it, it is closed here.
         self.force_close()
         transport = self.transport
         if transport is not None:

@@ -72,3 +72,23 @@ def test_boolean_and_unhashable_ids_are_not_request_ids():
         {"jsonrpc": "2.0", "id": 1, "method": "z"},
     ]
     assert jsonrpc.request_ids(messages) == [1]
+
+
+@pytest.mark.parametrize(
+    ("body", "batch"),
+    [
+        (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', True),
+        (b"\xef\xbb\xbf \r\n\t[{}]", True),
+        # Leading whitespace of any length: a padded batch of one is still a batch.
+        (b" " * 300 + b"[{}]", True),
+        (b"\n" * 70_000 + b"[{}]", True),
+        (("\ufeff" + " " * 300 + "[{}]").encode("utf-16"), True),
+        ((" " * 300 + "[{}]").encode("utf-32-le"), True),
+        (b" " * 300 + b'{"jsonrpc":"2.0","id":1,"method":"ping"}', False),
+        ((" " * 300 + "{}").encode("utf-16-le"), False),
+        (b"", False),
+        (b"   ", False),
+    ],
+)
+def test_is_batch_skips_all_leading_whitespace(body: bytes, batch: bool) -> None:
+    assert jsonrpc.is_batch(body) is batch
