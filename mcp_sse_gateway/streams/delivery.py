@@ -113,7 +113,7 @@ class Delivery:
         replay_until: int = 0,
         check_owner: Callable[[], Awaitable[object]] | None = None,
         reader: str | None = None,
-        first: ReadResult | None = None,
+        first: asyncio.Future[ReadResult] | None = None,
     ) -> None:
         self._sink, self._store, self._stream = sink, store, stream
         self._claim = reader
@@ -489,14 +489,14 @@ async def deliver(
     replay_until: int = 0,
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
-    first: ReadResult | None = None,
+    first: asyncio.Future[ReadResult] | None = None,
 ) -> Delivered:
     """Attach to *stream* (replacing an older connection) and deliver it until a close.
 
     Every end but a slow reader's and a vanished client's is written as ``retry`` then the
     end of the response: a client that reconnects waits ``sse.retry_ms``. *first* is the
-    batch after *cursor*, when the caller read it already (a resume checks its stream is
-    still there before it answers 200).
+    read of the batch after *cursor*, when the caller started it already (a resume checks its
+    stream is still there before it answers 200).
 
     Returns:
         What was delivered, and why it ended.

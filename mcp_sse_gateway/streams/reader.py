@@ -40,12 +40,10 @@ class StoreReader:
         self._ahead_after = after
         await asyncio.sleep(0)
 
-    def seed(self, after: int, result: ReadResult) -> None:
-        """Take *result*, the batch after *after* read already, as the read ahead."""
+    def seed(self, after: int, read: asyncio.Future[ReadResult]) -> None:
+        """Take *read*, of the batch after *after* (done or under way), as the read ahead."""
         self.cancel()
-        ahead: asyncio.Future[ReadResult] = asyncio.get_running_loop().create_future()
-        ahead.set_result(result)
-        self._ahead, self._ahead_after = ahead, after
+        self._ahead, self._ahead_after = read, after
 
     async def read(self, after: int) -> ReadResult:
         """The batch after *after* (the prefetched one if it was for the same cursor)."""

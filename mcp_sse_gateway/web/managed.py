@@ -6,6 +6,7 @@ into its calls, authorizes resumes and joins (D8), and writes the stream to an S
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,6 +39,9 @@ from mcp_sse_gateway.web.sse_sink import open_sse
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
 #: A resume's outcome in its span when its ``Last-Event-ID`` cannot be served (400).
+#: How long a resume's first read may hold back the 200, seconds (see _first_batch).
+FIRST_BATCH_WAIT_S = 1.0
+
 RESUME_OUTCOMES: dict[type[StreamError], str] = {
     InvalidEventId: "invalid",
     UnknownStream: "unknown_stream",
@@ -228,15 +232,17 @@ async def _first_batch(
     cursor: Cursor,
     info: StreamInfo,
     decided: Callable[[str], None],
-) -> ReadResult | None:
-    """The first batch of a finished request stream's replay, read before the 200 is sent.
+) -> asyncio.Future[ReadResult] | None:
+    """The first read of a finished request stream's replay, started before the 200 is sent.
 
     A finished stream may be evicted (the session's bound) or expire between the resume's
     lookup and its first read, and the authorization's probe of the upstream puts a round
     trip in between: read first, so that such a resume gets 400 like any unknown stream, not
-    a 200 with a priming event and nothing else. The delivery starts from this batch (no read
-    more). A running stream is never evicted; a store that cannot be reached now is left to
-    the delivery, which waits for it as on any outage.
+    a 200 with a priming event and nothing else. The delivery starts from this read (no read
+    more). A running stream is never evicted. A store that cannot be reached now is left to
+    the delivery, which waits for it as on any outage; one that is slow to answer (a stalled
+    Redis) holds the answer back :data:`FIRST_BATCH_WAIT_S` at most, then the delivery takes
+    the read on.
 
     Raises:
         UnknownStream, CursorGone: the stream, or the events after the cursor, are gone.
@@ -244,15 +250,32 @@ async def _first_batch(
     if not info.finished or info.kind != "request":
         return None
     settings = request.app[SETTINGS]
-    try:
-        return await request.app[STREAMS].ctx.store.read(
+    read = asyncio.ensure_future(
+        request.app[STREAMS].ctx.store.read(
             session_id, cursor.life, cursor.offset, settings.store.replay_batch_events
         )
-    except StoreUnavailable:
-        return None
-    except StreamError as exc:
-        decided(RESUME_OUTCOMES.get(type(exc), "invalid"))
+    )
+    read.add_done_callback(_retrieved)  # whoever awaits it later still gets its outcome
+    try:
+        done, _ = await asyncio.wait({read}, timeout=FIRST_BATCH_WAIT_S)
+    except asyncio.CancelledError:
+        read.cancel()
         raise
+    if not done:
+        return read
+    failure = read.exception()
+    if failure is None:
+        return read
+    if isinstance(failure, StoreUnavailable):
+        return None
+    if isinstance(failure, StreamError):
+        decided(RESUME_OUTCOMES.get(type(failure), "invalid"))
+    raise failure
+
+
+def _retrieved(future: asyncio.Future[ReadResult]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: no "exception was never retrieved" warning
 
 
 async def standalone(
@@ -358,13 +381,13 @@ async def _deliver(
     check_owner: Callable[[], Awaitable[object]] | None = None,
     reader: str | None = None,
     opened: StreamLife | None = None,
-    first: ReadResult | None = None,
+    first: asyncio.Future[ReadResult] | None = None,
 ) -> tuple[web.StreamResponse, Delivered]:
     """Open the SSE response and deliver stream *life* to it from *cursor* (streams.delivery).
 
     *opened* is the life this request's pump started (a POST): its feed, or what is left of it
     once the pump ended, serves the connection before the store does. *first* is the batch
-    after *cursor*, read already (see _first_batch).
+    after *cursor*, being read or read already (see _first_batch).
     """
     app = request.app
     settings = app[SETTINGS]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from aiohttp import web
 
+from mcp_sse_gateway.web import managed
 from mcp_sse_gateway.web.keys import METRICS, STORE, STREAMS
 from tests.integration.test_managed import SESSION, ToolCall, _call, _headers, _initialize
 from tests.support.sse_client import read_events
@@ -309,3 +311,33 @@ async def test_a_stream_evicted_while_its_resume_is_authorized_gets_400(upstream
         assert ended
         answer_probe.set()
         assert await asyncio.wait_for(resume, 10) == 400
+
+
+async def test_a_slow_first_read_holds_the_resume_back_a_bounded_time(
+    upstream, gateway, http, monkeypatch
+):
+    """A store slow to answer the resume's first read (a stalled Redis) holds its 200 back
+    FIRST_BATCH_WAIT_S at most; the delivery then takes the read on and sends what it finds."""
+    monkeypatch.setattr(managed, "FIRST_BATCH_WAIT_S", 0.05)
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        cursor = await _finished_stream(upstream, http, gw, 1)
+        store = gw.app[STREAMS].ctx.store
+        read, held, release = store.read, asyncio.Event(), asyncio.Event()
+
+        async def stalled_read(*args: Any, **kwargs: Any) -> Any:
+            held.set()
+            await release.wait()
+            return await read(*args, **kwargs)
+
+        monkeypatch.setattr(store, "read", stalled_read)
+        async with http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": cursor})) as resumed:
+            assert resumed.status == 200  # answered while the read is still held
+            assert held.is_set()
+            assert not release.is_set()
+            release.set()
+            events, ended = await read_events(resumed)
+    assert ended
+    messages = [json.loads(e.data) for e in events if e.data]
+    assert [m["id"] for m in messages if "id" in m] == [1]  # the result, once, at the end
+    assert "id" in messages[-1]
