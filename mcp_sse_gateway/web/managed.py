@@ -38,10 +38,10 @@ from mcp_sse_gateway.web.sse_sink import open_sse
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
-#: A resume's outcome in its span when its ``Last-Event-ID`` cannot be served (400).
 #: How long a resume's first read may hold back the 200, seconds (see _first_batch).
 FIRST_BATCH_WAIT_S = 1.0
 
+#: A resume's outcome in its span when its ``Last-Event-ID`` cannot be served (400).
 RESUME_OUTCOMES: dict[type[StreamError], str] = {
     InvalidEventId: "invalid",
     UnknownStream: "unknown_stream",
