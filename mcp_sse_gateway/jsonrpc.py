@@ -68,6 +68,20 @@ def is_batch(body: bytes | str) -> bool:
     return text.lstrip("\ufeff \t\r\n")[:1] == "["
 
 
+def lone_message(
+    body: bytes | None, messages: list[dict[str, Any]] | None
+) -> dict[str, Any] | None:
+    """The one message of *body* when it is a lone JSON-RPC message, not a batch (even of one).
+
+    Args:
+        body: the request body as received.
+        messages: :func:`parse_messages` of it (None: not JSON-RPC).
+    """
+    if not body or not messages or len(messages) != 1 or is_batch(body):
+        return None
+    return messages[0]
+
+
 def is_request(message: dict[str, Any]) -> bool:
     """True for a JSON-RPC request (has ``method`` and an ``id``), false for notifications."""
     return "method" in message and message.get("id") is not None

@@ -109,13 +109,12 @@ def upgrades(
     JSON array, and initialize's answer carries the session), from a client whose ``Accept``
     names ``text/event-stream``. Notifications and responses keep the upstream's 202.
     """
-    if not request.app[SETTINGS].sse.upgrade_json or not messages or len(messages) != 1:
+    if not request.app[SETTINGS].sse.upgrade_json:
         return False
-    if body is None or jsonrpc.is_batch(body):
-        return False
-    message = messages[0]
+    message = jsonrpc.lone_message(body, messages)
     return (
-        jsonrpc.is_request(message)
+        message is not None
+        and jsonrpc.is_request(message)
         and message.get("method") != "initialize"
         and accepts_event_stream(request.headers.get("Accept"))
     )

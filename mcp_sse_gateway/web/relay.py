@@ -313,9 +313,8 @@ def _note_request_id(
     request: web.Request, body: bytes | None, messages: list[dict[str, Any]] | None
 ) -> None:
     """Keep the id of a body's lone JSON-RPC request for the gateway's errors to carry."""
-    if not body or messages is None or len(messages) != 1 or jsonrpc.is_batch(body):
-        return
-    ids = jsonrpc.request_ids(messages)
+    message = jsonrpc.lone_message(body, messages)
+    ids = jsonrpc.request_ids([message]) if message is not None else []
     if ids:
         request[JSONRPC_REQUEST_ID] = ids[0]
 

@@ -104,9 +104,9 @@ def _task_surface(
     settings = request.app[SETTINGS].tasks
     if not settings.enabled or session_id is not None or request.method != "POST":
         return None
-    if not body or not messages or len(messages) != 1 or jsonrpc.is_batch(body):
+    message = jsonrpc.lone_message(body, messages)
+    if message is None:
         return None
-    message = messages[0]
     params = message.get("params")
     if not jsonrpc.is_request(message) or not is_modern(
         params, request.headers.get("MCP-Protocol-Version")
