@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from mcp_sse_gateway.store.redis import READ_MAX_BYTES, RedisStore
 from mcp_sse_gateway.store.redis.calls import LIVENESS
 from mcp_sse_gateway.store.redis.connections import CLIENT_NAME
 from mcp_sse_gateway.store.redis.keys import SessionKeys
+from tests.conftest import RedisServerProcess, redis_server_executable
+from tests.support.ports import free_port
 from tests.support.waiting import DEADLINE_S, eventually
 
 PREFIX = "mcp-sse-gateway"
@@ -452,7 +455,7 @@ async def test_a_lane_redis_closed_for_idleness_is_replaced_not_tried(redis_url)
         idle = lane._connection
         await admin.config_set("timeout", 1)
         try:
-            await eventually(idle._reader.at_eof, timeout_s=DEADLINE_S)
+            await eventually(lambda: idle.closed, timeout_s=DEADLINE_S)
         finally:
             await admin.config_set("timeout", 0)
         before = store._batches.alone
@@ -464,3 +467,80 @@ async def test_a_lane_redis_closed_for_idleness_is_replaced_not_tried(redis_url)
         read = await store.read(session, life, 0, 10)
     assert (tried, alone) == (0, 1)
     assert [e.data for e in read.events] == ["first", "b", "c"]
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files in *directory*."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "redis.crt", directory / "redis.key"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.mark.redis
+async def test_the_lane_works_over_tls(tmp_path):
+    # The lane takes over a TLS connection's transport as it does a plain one: the paced appends
+    # and the finish go alone, encrypted, and read back whole (one event past a TLS record).
+    cert_file, key_file = _self_signed(tmp_path)
+    tls_port = free_port()
+    server = RedisServerProcess(
+        redis_server_executable(),
+        [
+            "--tls-port", str(tls_port),
+            "--tls-cert-file", str(cert_file),
+            "--tls-key-file", str(key_file),
+            "--tls-ca-cert-file", str(cert_file),
+            "--tls-auth-clients", "no",
+        ],
+    )  # fmt: skip
+    server.start()
+    store = RedisStore.from_url(f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={cert_file}")
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        before = store._batches.alone
+        datas = [f"e{n}" for n in range(2, 21)] + ["x" * 100_000]
+        offsets = [await store.append(session, life, data, "message") for data in datas]
+        await store.finish(session, life)
+        alone = store._batches.alone - before
+        read = await store.read(session, life, 0, 100)
+    finally:
+        await store.close()
+        server.close()
+    assert offsets == list(range(2, 22))
+    assert alone == 21
+    assert [e.data for e in read.events] == ["first", *datas]
+    assert read.finished
+    assert lane.connects == 1

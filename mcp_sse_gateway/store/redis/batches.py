@@ -48,6 +48,7 @@ from redis.asyncio.connection import AbstractConnection
 from mcp_sse_gateway.errors import StoreBusy, StoreUnavailable
 from mcp_sse_gateway.store.redis.calls import NEW, Calls
 from mcp_sse_gateway.store.redis.keys import SessionKeys
+from mcp_sse_gateway.store.redis.lane import Lane, LaneBroken, LaneConnection
 from mcp_sse_gateway.store.redis.lua import Scripts
 
 #: Calls sent in one pipeline at most ...
@@ -65,141 +66,6 @@ MAX_IN_FLIGHT = 2
 #: connections, cancelled whenever a client goes away, keep the flusher, which finishes a call
 #: whose caller left.
 LANE_OPERATIONS = frozenset({"append", "finish"})
-#: After the lane failed to connect, it tries again this much later at the earliest, seconds.
-LANE_RETRY_S = 1.0
-
-
-class LaneBroken(Exception):
-    """The lane's connection broke before its call was answered: the call goes to a pipeline."""
-
-
-class Lane:
-    """One connection of the store's own, outside the pool, for lone calls of paced streams.
-
-    redis-py's pool takes a lock, records observability counters and checks the connection on
-    every ``get_connection`` and ``release``; with the flusher task, a paced stream's lone
-    append paid about as much CPU for them as for its round trip. The lane is one connection
-    used by one call at a time, as it is.
-
-    It is connected in the background (never by a caller, so connecting never counts toward a
-    call's stall timeout): first when a call wants it, again as soon as it was dropped, and after
-    a failure to connect, :data:`LANE_RETRY_S` later at the earliest. A call that finds it busy,
-    not connected or closed goes to a pipeline. A call whose use of it failed in any way (the
-    stall timeout, a cancellation, a connection Redis closed) drops it, so no reply is ever left
-    unread on it.
-    It adds one client connection to Redis.
-
-    Args:
-        client: the command client; the lane's connection has its pool's options (address,
-            credentials, TLS, client name).
-        stall_timeout_s: bound on connecting, seconds.
-    """
-
-    def __init__(self, client: Redis, stall_timeout_s: float) -> None:
-        self._pool = client.connection_pool
-        self._stall_s = stall_timeout_s
-        self._connection: AbstractConnection | None = None
-        #: A caller holds the connection (set: none does).
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._connecting: asyncio.Task[None] | None = None
-        self._retry_at = float("-inf")
-        self._closed = False
-        #: Closes under way (a reference keeps each task alive until it is done).
-        self._closing: set[asyncio.Task[None]] = set()
-        #: Connections made so far (for tests).
-        self.connects = 0
-
-    def take(self) -> AbstractConnection | None:
-        """The lane's connection, now the caller's, if it is connected and idle; else None.
-
-        With no connection, or one Redis closed while it was idle, one is made in the
-        background for later calls.
-        """
-        if not self._idle.is_set():
-            return None
-        connection = self._connection
-        if connection is None or not connection.is_connected or _closed_by_redis(connection):
-            if connection is not None:
-                self._close_soon(connection)
-            self._connection = None
-            self._connect_soon()
-            return None
-        self._idle.clear()
-        return connection
-
-    def give_back(self, connection: AbstractConnection, *, reusable: bool) -> None:
-        """End the caller's use of *connection*; unless *reusable*, it is dropped (closed)."""
-        self._idle.set()
-        if reusable and not self._closed and connection is self._connection:
-            return
-        if self._connection is connection:
-            self._connection = None
-        self._close_soon(connection)
-        if self._connection is None:
-            self._connect_soon()  # a new one, for the next lone call
-
-    def _connect_soon(self) -> None:
-        if self._closed or self._connecting is not None:
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._retry_at:
-            return
-        self._connecting = loop.create_task(self._connect())
-
-    async def _connect(self) -> None:
-        connection: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        try:
-            async with asyncio.timeout(self._stall_s):
-                await connection.connect()  # type: ignore[no-untyped-call]
-        except BaseException as exc:
-            # Any failure: pipelines go on, the lane tries again later (or never: closed).
-            self._retry_at = asyncio.get_running_loop().time() + LANE_RETRY_S
-            self._close_soon(connection)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        finally:
-            self._connecting = None
-        self.connects += 1
-        if self._closed or self._connection is not None:
-            self._close_soon(connection)
-        else:
-            self._connection = connection
-
-    def _close_soon(self, connection: AbstractConnection) -> None:
-        """Close *connection* without waiting for it."""
-        task = asyncio.get_running_loop().create_task(connection.disconnect())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-    async def close(self) -> None:
-        """Close the connection, once a call using it ended (within its stall timeout).
-
-        Idempotent; later calls never take the lane.
-        """
-        self._closed = True
-        connecting = self._connecting
-        if connecting is not None:
-            connecting.cancel()
-            await asyncio.gather(connecting, return_exceptions=True)
-        await self._idle.wait()
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.disconnect()
-        if self._closing:  # nothing adds to them now
-            await asyncio.gather(*list(self._closing), return_exceptions=True)
-
-
-def _closed_by_redis(connection: AbstractConnection) -> bool:
-    """Redis closed the idle *connection* (an idle ``timeout``, a restart): its reader saw EOF.
-
-    redis-py offers no test for it that does not read; a connection without the reader taken
-    here counts as open, and its call finds out (:class:`LaneBroken`).
-    """
-    reader = getattr(connection, "_reader", None)
-    at_eof = getattr(reader, "at_eof", None)
-    return bool(at_eof()) if callable(at_eof) else False
 
 
 @dataclass(slots=True)
@@ -366,7 +232,7 @@ class ScriptBatches:
         self._start_flusher()
         return await future
 
-    async def _run_alone(self, call: _Call, lane: Lane, connection: AbstractConnection) -> Any:
+    async def _run_alone(self, call: _Call, lane: Lane, connection: LaneConnection) -> Any:
         """Send *call* alone on the *lane*'s *connection*, from the caller's task; its outcome.
 
         As a pipeline of one: the same permit, stall timeout and outcomes. A connection that
@@ -451,7 +317,7 @@ class ScriptBatches:
             # pipeline may send its next call alone at once.
             self._flushers.discard(asyncio.current_task())  # type: ignore[arg-type, unused-ignore]
 
-    async def _send(self, batch: list[_Call], lane: AbstractConnection | None = None) -> bool:
+    async def _send(self, batch: list[_Call], lane: LaneConnection | None = None) -> bool:
         """Send *batch* and settle its callers; False when Redis refused every call.
 
         On the *lane*'s connection if given (see :meth:`_pipeline`), else on a pooled one.
@@ -484,9 +350,7 @@ class ScriptBatches:
                 call.future.set_result(reply)
         return answered
 
-    async def _pipeline(
-        self, calls: list[_Call], lane: AbstractConnection | None = None
-    ) -> list[Any]:
+    async def _pipeline(self, calls: list[_Call], lane: LaneConnection | None = None) -> list[Any]:
         """Send *calls* as one pipeline; their replies in order (error replies as values).
 
         On the *lane*'s connection if given, without a repeat: a ``ConnectionError`` there
@@ -510,9 +374,7 @@ class ScriptBatches:
         ]
         if lane is not None:
             try:
-                # No health check: it would reconnect inside the call (the lane connects only in
-                # the background); a connection that turns out closed is the pipelines' turn.
-                return await _exchange(lane, packed, check_health=False)
+                return await lane.exchange(packed)
             except redis_errors.ConnectionError as exc:
                 raise LaneBroken from exc
         pool = self._client.connection_pool
@@ -539,11 +401,9 @@ def _pack(*args: str | int) -> bytes:
     return packed
 
 
-async def _exchange(
-    connection: AbstractConnection, packed: list[bytes], *, check_health: bool = True
-) -> list[Any]:
+async def _exchange(connection: AbstractConnection, packed: list[bytes]) -> list[Any]:
     """Write the *packed* commands and read their replies, error replies as values."""
-    await connection.send_packed_command(packed, check_health=check_health)
+    await connection.send_packed_command(packed)
     answers: list[Any] = []
     for _ in packed:
         try:

@@ -4,7 +4,7 @@
 (:data:`MAX_CONNECTIONS_PER_PROCESS`): a blocking pool of :data:`COMMAND_CONNECTIONS` (8) for
 commands (a burst queues for a connection in :mod:`~mcp_sse_gateway.store.redis.calls`), the
 one connection of the wake-up subscriber (:mod:`~mcp_sse_gateway.store.redis.wakeups`), and the
-lane of paced streams' lone appends (:class:`~mcp_sse_gateway.store.redis.batches.Lane`). In
+lane of paced streams' lone appends (:class:`~mcp_sse_gateway.store.redis.lane.Lane`). In
 Redis Cluster the bound is **per node** (:data:`MAX_CLUSTER_CONNECTIONS_PER_NODE`): 8 command
 connections per node, at most 8 commands in flight across the cluster, plus the subscriber's
 one connection on the node it listens on (:mod:`~mcp_sse_gateway.store.redis.cluster`).

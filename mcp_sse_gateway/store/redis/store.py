@@ -44,7 +44,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from mcp_sse_gateway.config import DEFAULT_MAX_QUEUED_CALLS, DEFAULT_STALL_TIMEOUT_S, StoreSettings
 from mcp_sse_gateway.store.base import StoreObserver
-from mcp_sse_gateway.store.redis.batches import Batches, Lane
+from mcp_sse_gateway.store.redis.batches import Batches
 from mcp_sse_gateway.store.redis.calls import LIVENESS, RUNNING, Calls
 from mcp_sse_gateway.store.redis.cluster import ClusterSubscriber
 from mcp_sse_gateway.store.redis.connections import (
@@ -54,6 +54,7 @@ from mcp_sse_gateway.store.redis.connections import (
     open_clients,
 )
 from mcp_sse_gateway.store.redis.keys import SessionKeys, wake_channel
+from mcp_sse_gateway.store.redis.lane import Lane
 from mcp_sse_gateway.store.redis.liveness import Liveness
 from mcp_sse_gateway.store.redis.local_cache import (
     REFRESH_PERIOD_S,
@@ -124,7 +125,7 @@ class RedisStore(SessionStore):
         close_clients: :meth:`close` also closes the clients (true when the store built them).
         url_for_logs: where Redis is, for log lines; must already be redacted.
         lane: a paced stream's lone appends and finishes go on a connection of their own, from
-            the pump's task (:class:`~mcp_sse_gateway.store.redis.batches.Lane`; one more
+            the pump's task (:class:`~mcp_sse_gateway.store.redis.lane.Lane`; one more
             client connection). False sends every call in a pipeline; so should an in-process
             fake Redis, which answers without yielding, so every call would go alone.
 
