@@ -38,6 +38,7 @@ from mcp_sse_gateway.errors import (
     RepeatedHeader,
     SessionGone,
     StoreError,
+    StoreUnavailable,
 )
 from mcp_sse_gateway.headers import (
     host_allowed,
@@ -223,7 +224,11 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     era = Era.PASS_THROUGH
     record = None
     if session_id is not None:
-        record = await request.app[STORE].get_session(session_id)
+        try:
+            record = await request.app[STORE].get_session(session_id)
+        except StoreUnavailable:
+            await _note_id_before_refusal(request, settings)
+            raise
         if record is not None and record.deleted:
             raise SessionGone
         era = era_for(session_id, record.protocol_version if record else None)
@@ -307,6 +312,22 @@ async def _serve_managed(  # noqa: PLR0917 - one request's parts
         method=jsonrpc.method_name(messages),
         upgrade=managed.upgrades(request, body, messages),
     )
+
+
+async def _note_id_before_refusal(request: web.Request, settings: Settings) -> None:
+    """Read a POST's body, bounded as usual, for the id its 503 carries (store unreachable).
+
+    Best effort: a body that cannot be read (too large, too slow, no room) leaves the id
+    ``null``; the store's error stays the answer.
+    """
+    if request.method != "POST":
+        return
+    with contextlib.suppress(BadBody, BodyTooLarge, BodyTimeout, GatewayBusy):
+        body = await read_body(
+            request, settings.server.max_body_bytes, settings.server.body_timeout_s
+        )
+        if body:
+            _note_request_id(request, body, jsonrpc.parse_messages(body))
 
 
 def _note_request_id(

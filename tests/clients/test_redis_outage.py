@@ -77,6 +77,11 @@ async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recove
             assert down.status == 503
             assert down.headers["Retry-After"].isdigit()
             assert (await down.json())["error"]["code"] == jsonrpc.UPSTREAM_UNAVAILABLE
+        # A call whose session the store cannot be asked about: its 503 carries its own id.
+        unseen = {**headers, "Mcp-Session-Id": "unseen-session-0123456789abcdef"}
+        async with http.post(gw.mcp_url, headers=unseen, json=_call(1, 0, 41)) as refused:
+            assert refused.status == 503
+            assert (await refused.json())["id"] == 41
         # Still ready (every replica shares the outage), and says why the store is not used.
         async with http.get(gw.base_url + "/readyz") as ready:
             assert ready.status == 200

@@ -281,3 +281,19 @@ async def test_a_connection_with_unread_bytes_is_not_taken_over() -> None:
     with pytest.raises(RuntimeError):
         LaneConnection.take_over(connection)  # type: ignore[arg-type]
     await connection.disconnect()
+
+
+async def test_a_write_the_transport_refuses_breaks_the_lane_not_the_call() -> None:
+    # A ConnectionError (the call then goes to a pipeline), never another exception.
+    lane, pool = _lane()
+    taken, _ = await _taken(lane, pool)
+
+    def refuse(data: bytes) -> None:
+        raise RuntimeError("broken transport")
+
+    taken._transport.write = refuse  # type: ignore[method-assign]
+    with pytest.raises(redis_errors.ConnectionError):
+        await taken.exchange([PING])
+    assert taken.closed
+    lane.give_back(taken, reusable=False)
+    await lane.close()

@@ -116,7 +116,11 @@ class LaneConnection(asyncio.Protocol):
             raise redis_errors.ConnectionError("the lane's connection is closed")
         waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._waiter, self._expected, self._replies = waiter, len(packed), []
-        self._transport.write(packed[0] if len(packed) == 1 else b"".join(packed))
+        try:
+            self._transport.write(packed[0] if len(packed) == 1 else b"".join(packed))
+        except Exception as exc:  # whatever the transport raises, it is broken
+            self._fail(redis_errors.ConnectionError("the lane's connection failed to write"))
+            raise redis_errors.ConnectionError("the lane's connection failed to write") from exc
         try:
             replies = await waiter
         except BaseException:
