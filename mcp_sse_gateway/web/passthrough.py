@@ -20,6 +20,7 @@ from mcp_sse_gateway.config import Settings
 from mcp_sse_gateway.errors import SSEError, StoreError, UpstreamBroken
 from mcp_sse_gateway.headers import client_response_headers
 from mcp_sse_gateway.sse import SSEDecoder
+from mcp_sse_gateway.store.base import session_digest
 from mcp_sse_gateway.streams.upstream import UpstreamResponse
 from mcp_sse_gateway.web.keys import AUTHORIZER, METRICS, SETTINGS, STORE
 
@@ -66,7 +67,8 @@ async def _record_initialize(
         return
     label = version if _VERSION_LABEL.match(version) else "other"
     request.app[METRICS].sessions_recorded.labels(label).inc()
-    log.info("session.recorded", protocol_version=version)
+    # The request had no session yet (its context's is null): the line names the new one.
+    log.info("session.recorded", protocol_version=version, session=session_digest(session_id)[:12])
 
 
 def _client_response(response: UpstreamResponse, *, keep_length: bool) -> web.StreamResponse:

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import structlog
 from aiohttp import web
 from yarl import URL
 
@@ -444,16 +445,21 @@ async def test_initialize_records_the_session_version(upstream, gateway, http, a
 
     upstream.routes["/mcp"] = initialize
     async with gateway(upstream.url) as gw:
-        response = await http.post(
-            gw.mcp_url, json=_jsonrpc("initialize", protocolVersion="2025-11-25")
-        )
-        assert response.headers["Mcp-Session-Id"] == "sess-42"
-        raw = await response.read()
+        merge = [structlog.contextvars.merge_contextvars]  # the request's context, as served
+        with structlog.testing.capture_logs(processors=merge) as logs:
+            response = await http.post(
+                gw.mcp_url, json=_jsonrpc("initialize", protocolVersion="2025-11-25")
+            )
+            assert response.headers["Mcp-Session-Id"] == "sess-42"
+            raw = await response.read()
         assert json.dumps(INIT_RESULT).encode() in raw
         record = await gw.app[STORE].get_session("sess-42")
     assert record is not None
     assert record.protocol_version == "2025-11-25"
     assert record.key == session_digest("sess-42")
+    # The line names the new session (by digest), though the request came without one.
+    (recorded,) = [e for e in logs if e["event"] == "session.recorded"]
+    assert recorded["session"] == session_digest("sess-42")[:12]
 
 
 async def test_delete_tombstones_the_session(upstream, gateway, http):

@@ -32,15 +32,18 @@ class Gate:
 
 async def test_a_long_queue_is_waited_for_however_long_it_takes():
     waits: list[float] = []
-    stall_s = 0.05
+    # Each round trip takes TURN_S, far below the stall timeout (a collector pause or a busy
+    # machine must not pass for a stall), and the queue's last calls wait 24 turns, far above.
+    stall_s, turn_s = 0.25, 0.02
     calls = Calls(
         2, "", stall_timeout_s=stall_s, on_queue_wait=lambda _op, seconds: waits.append(seconds)
     )
     gate = Gate()
     tasks = [asyncio.create_task(gate.run(calls, f"c{i}", RUNNING)) for i in range(50)]
-    # Redis answers each pair of calls in flight as soon as both are there: 25 turns.
+    # Redis answers each pair of calls in flight once both are there and TURN_S passed: 25 turns.
     for turn in range(25):
         await eventually(lambda t=turn: len(gate.order) == 2 * (t + 1))
+        await asyncio.sleep(turn_s)  # the round trip's duration (time passing is the subject)
         gate.opened.set()
         gate.opened = asyncio.Event()
     assert await asyncio.wait_for(asyncio.gather(*tasks), DEADLINE_S) == [
