@@ -29,6 +29,20 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     structlog.contextvars.clear_contextvars()
 
 
+@pytest.fixture
+async def loop_errors() -> AsyncIterator[list[dict[str, object]]]:
+    """What reaches the event loop's exception handler during the test (callbacks that raised,
+    futures and tasks whose exception nobody retrieved)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    yield errors
+    loop.set_exception_handler(previous)
+
+
 #: The ``auth.digest_key`` of test gateways on Redis (every replica of a test shares it).
 TEST_DIGEST_KEY = "test-digest-key-0123456789abcdef"
 

@@ -37,6 +37,7 @@ from mcp_sse_gateway.errors import (
     OriginNotAllowed,
     RepeatedHeader,
     SessionGone,
+    StoreBusy,
     StoreError,
     StoreUnavailable,
 )
@@ -226,8 +227,8 @@ async def relay_mcp(request: web.Request) -> web.StreamResponse:
     if session_id is not None:
         try:
             record = await request.app[STORE].get_session(session_id)
-        except StoreUnavailable:
-            await _note_id_before_refusal(request, settings)
+        except StoreUnavailable as refusal:
+            await _note_id_before_refusal(request, settings, refusal)
             raise
         if record is not None and record.deleted:
             raise SessionGone
@@ -314,20 +315,21 @@ async def _serve_managed(  # noqa: PLR0917 - one request's parts
     )
 
 
-async def _note_id_before_refusal(request: web.Request, settings: Settings) -> None:
-    """Read a POST's body, bounded as usual, for the id its 503 carries (store unreachable).
+async def _note_id_before_refusal(
+    request: web.Request, settings: Settings, refusal: StoreUnavailable
+) -> None:
+    """Read a POST's body for the id its 503 carries (the store is unreachable).
 
-    Best effort: a body that cannot be read (too large, too slow, no room) leaves the id
-    ``null``; the store's error stays the answer.
+    The body is read as it would have been with the store up, bounded the same way: a body
+    that cannot be read gets that answer instead (413, 408, 400, or 503 for no room), as it
+    would have. A refusal for load (:class:`~mcp_sse_gateway.errors.StoreBusy`: the store's
+    queue is full) answers at once, its id ``null``: shedding load reads no body.
     """
-    if request.method != "POST":
+    if request.method != "POST" or isinstance(refusal, StoreBusy):
         return
-    with contextlib.suppress(BadBody, BodyTooLarge, BodyTimeout, GatewayBusy):
-        body = await read_body(
-            request, settings.server.max_body_bytes, settings.server.body_timeout_s
-        )
-        if body:
-            _note_request_id(request, body, jsonrpc.parse_messages(body))
+    body = await read_body(request, settings.server.max_body_bytes, settings.server.body_timeout_s)
+    if body:
+        _note_request_id(request, body, jsonrpc.parse_messages(body))
 
 
 def _note_request_id(

@@ -51,7 +51,9 @@ async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recove
     count = 30
     async with (
         example_upstream() as upstream_url,
-        gateway(upstream_url, store=redis_store(private_redis.url)) as gw,
+        gateway(
+            upstream_url, store=redis_store(private_redis.url), server={"max_body_bytes": 4096}
+        ) as gw,
         aiohttp.ClientSession() as http,
     ):
         headers = await open_session(http, gw.mcp_url)
@@ -82,6 +84,10 @@ async def test_redis_stops_mid_stream_client_keeps_receiving_then_gateway_recove
         async with http.post(gw.mcp_url, headers=unseen, json=_call(1, 0, 41)) as refused:
             assert refused.status == 503
             assert (await refused.json())["id"] == 41
+        # ... read as it would have been with the store up: a body over the bound gets 413.
+        big = {**_call(1, 0, 42), "padding": "x" * 5000}
+        async with http.post(gw.mcp_url, headers=unseen, json=big) as too_large:
+            assert too_large.status == 413
         # Still ready (every replica shares the outage), and says why the store is not used.
         async with http.get(gw.base_url + "/readyz") as ready:
             assert ready.status == 200

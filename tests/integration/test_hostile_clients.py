@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -17,17 +16,6 @@ from tests.integration.test_managed import ToolCall, _call, _headers, _initializ
 from tests.support.waiting import eventually
 
 DEADLINE_S = 10
-
-
-@pytest.fixture
-async def loop_errors() -> AsyncIterator[list[dict[str, object]]]:
-    """What reaches the event loop's exception handler during the test (callbacks that raised)."""
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, object]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: errors.append(context))
-    yield errors
-    loop.set_exception_handler(previous)
 
 
 async def _closed_within(reader: asyncio.StreamReader, timeout_s: float) -> bytes:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -544,3 +547,29 @@ async def test_the_lane_works_over_tls(tmp_path):
     assert [e.data for e in read.events] == ["first", *datas]
     assert read.finished
     assert lane.connects == 1
+
+
+@pytest.mark.redis
+async def test_a_lane_dropped_with_a_write_redis_never_read_closes_at_once(
+    private_redis, loop_errors
+):
+    # Redis frozen (SIGSTOP) while a lone append of 8 MB is being written: the stall timeout
+    # cuts it, the lane's connection is dropped at once (its buffered write discarded), and
+    # nothing fails later in the background; the store then closes at once too.
+    store = RedisStore.from_url(private_redis.url, stall_timeout_s=0.5)
+    try:
+        ((session, life),) = await _streams(store, 1)
+        lane = await _lane_connected(store, session, life)
+        os.kill(private_redis.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await store.append(session, life, "x" * 8_000_000, None)
+            await eventually(lambda: not lane._closing)  # redis-py let go of it
+            dropped = lane._connection is None
+        finally:
+            os.kill(private_redis.pid, signal.SIGCONT)
+    finally:
+        await asyncio.wait_for(store.close(), DEADLINE_S)
+    gc.collect()  # a future or task whose exception nobody retrieved reports it here
+    assert dropped
+    assert loop_errors == []

@@ -10,6 +10,7 @@ the lane on a real Redis is tested in tests/store/test_redis_batches.py.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 from types import SimpleNamespace
 
@@ -41,10 +42,11 @@ class _Connection:
         self.server = theirs
         self._reader, self._writer = await asyncio.open_connection(sock=mine)
 
-    async def disconnect(self) -> None:
+    async def disconnect(self, nowait: bool = False) -> None:
         if self._writer is not None:
             self._writer.close()
-            await self._writer.wait_closed()
+            if not nowait:
+                await self._writer.wait_closed()
         self._reader = self._writer = None
         self.closed = True
         if self.server is not None:
@@ -168,7 +170,12 @@ async def test_connections_that_cannot_be_taken_over_leave_the_lane_unused() -> 
     class _Opaque(_Connection):
         async def connect(self) -> None:
             await super().connect()
-            self._writer = None  # no transport to take over (another connection class)
+            # No transport to take over (another connection class keeps it elsewhere).
+            self._hidden, self._writer = self._writer, None
+
+        async def disconnect(self, nowait: bool = False) -> None:
+            self._writer = self._hidden
+            await super().disconnect(nowait)
 
     pool = _Pool()
     pool.make_connection = lambda: pool.made.append(_Opaque()) or pool.made[-1]  # type: ignore[method-assign]
@@ -283,8 +290,11 @@ async def test_a_connection_with_unread_bytes_is_not_taken_over() -> None:
     await connection.disconnect()
 
 
-async def test_a_write_the_transport_refuses_breaks_the_lane_not_the_call() -> None:
-    # A ConnectionError (the call then goes to a pipeline), never another exception.
+async def test_a_write_the_transport_refuses_breaks_the_lane_not_the_call(
+    loop_errors: list[dict[str, object]],
+) -> None:
+    # A ConnectionError (the call then goes to a pipeline), never another exception, and no
+    # future left failed with no one to read it.
     lane, pool = _lane()
     taken, _ = await _taken(lane, pool)
 
@@ -297,3 +307,5 @@ async def test_a_write_the_transport_refuses_breaks_the_lane_not_the_call() -> N
     assert taken.closed
     lane.give_back(taken, reusable=False)
     await lane.close()
+    gc.collect()
+    assert loop_errors == []

@@ -119,7 +119,8 @@ class LaneConnection(asyncio.Protocol):
         try:
             self._transport.write(packed[0] if len(packed) == 1 else b"".join(packed))
         except Exception as exc:  # whatever the transport raises, it is broken
-            self._fail(redis_errors.ConnectionError("the lane's connection failed to write"))
+            self._waiter = None  # no one will wait on it: the error is raised here
+            self.abort()
             raise redis_errors.ConnectionError("the lane's connection failed to write") from exc
         try:
             replies = await waiter
@@ -134,10 +135,14 @@ class LaneConnection(asyncio.Protocol):
                 raise reply
         return replies
 
-    def close(self) -> None:
-        """Close the socket (no exchange may follow). Idempotent."""
+    def abort(self) -> None:
+        """Close the socket at once, dropping what was not sent (no exchange may follow).
+
+        A write still buffered (a large event), or a TLS close a frozen Redis never answers,
+        must not hold a dropped connection open, nor the store's close. Idempotent.
+        """
         self.closed = True
-        self._transport.close()
+        self._transport.abort()
 
     # asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -178,7 +183,7 @@ class LaneConnection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
         if close:
-            self._transport.close()
+            self._transport.abort()
 
 
 class Lane:
@@ -285,15 +290,21 @@ class Lane:
             self._connection = lane
 
     def _close_soon(self, connection: LaneConnection) -> None:
-        """Close *connection* without waiting for it."""
-        connection.close()
+        """Drop *connection* (after a failure, or not the lane's any more) at once."""
+        connection.abort()
         self._disconnect_soon(connection.connection)
 
     def _disconnect_soon(self, connection: AbstractConnection) -> None:
-        """Let redis-py close *connection* without waiting for it."""
-        task = asyncio.get_running_loop().create_task(connection.disconnect())
+        """Let redis-py forget *connection* without waiting for its socket to close."""
+        task = asyncio.get_running_loop().create_task(connection.disconnect(nowait=True))
         self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        task.add_done_callback(self._closed_one)
+
+    def _closed_one(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The connection is gone either way; nothing to tell but that it closed badly.
+            log.debug("store.lane_close_failed", error=type(task.exception()).__name__)
 
     async def close(self) -> None:
         """Close the connection, once a call using it ended (within its stall timeout).
@@ -308,7 +319,8 @@ class Lane:
         await self._idle.wait()
         connection, self._connection = self._connection, None
         if connection is not None:
-            connection.close()
-            await connection.connection.disconnect()
+            # At once, not orderly: a Redis that stopped answering (a TLS close is a round
+            # trip) must not hold the store's close up, nor fail it.
+            self._close_soon(connection)
         if self._closing:  # nothing adds to them now
             await asyncio.gather(*list(self._closing), return_exceptions=True)
