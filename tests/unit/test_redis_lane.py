@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from redis import exceptions as redis_errors
 
+from mcp_sse_gateway.store.redis import lane as lane_module
 from mcp_sse_gateway.store.redis.lane import Lane, LaneConnection
 from tests.support.waiting import eventually
 
@@ -188,6 +189,37 @@ async def test_connections_that_cannot_be_taken_over_leave_the_lane_unused() -> 
     await lane.close()
 
 
+async def test_a_connection_redis_closed_as_its_handshake_ended_is_replaced_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A TLS close can arrive with the handshake's last reply: that connection is dropped and
+    # another made after LANE_RETRY_S; the lane is not taken for unsupported.
+    monkeypatch.setattr(lane_module, "LANE_RETRY_S", 0.0)
+
+    class _ClosedAtOnce(_Connection):
+        async def connect(self) -> None:
+            await super().connect()
+            assert self.server is not None
+            assert self._reader is not None
+            self.server.close()
+            await eventually(self._reader.at_eof)
+
+    pool = _Pool()
+    kinds = iter([_ClosedAtOnce, _Connection])
+    pool.make_connection = lambda: pool.made.append(next(kinds)()) or pool.made[-1]  # type: ignore[method-assign]
+    lane = Lane(SimpleNamespace(connection_pool=pool), stall_timeout_s=1.0)  # type: ignore[arg-type]
+    assert lane.take() is None
+    await eventually(lambda: lane._connecting is None and pool.made[0].closed)
+    assert lane.connects == 0
+    assert lane.take() is None  # wants one again: made now
+    await eventually(lambda: lane.connects == 1)
+    taken = lane.take()
+    assert taken is not None
+    assert taken.connection is pool.made[1]
+    lane.give_back(taken, reusable=True)
+    await lane.close()
+
+
 # The taken-over socket ------------------------------------------------------------------------
 
 
@@ -285,7 +317,7 @@ async def test_a_connection_with_unread_bytes_is_not_taken_over() -> None:
     await _server_says(connection, b"+OK\r\n")
     assert connection._reader is not None
     await eventually(lambda: connection._reader is not None and connection._reader._buffer)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(redis_errors.ConnectionError):
         LaneConnection.take_over(connection)  # type: ignore[arg-type]
     await connection.disconnect()
 

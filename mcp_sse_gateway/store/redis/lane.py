@@ -45,6 +45,10 @@ class LaneBroken(Exception):
     """The lane's connection broke before its call was answered: the call goes to a pipeline."""
 
 
+class LaneUnsupported(RuntimeError):
+    """redis-py's connections expose no transport to take over: the lane is never used."""
+
+
 class LaneConnection(asyncio.Protocol):
     """A connected redis-py connection whose socket the lane writes and reads itself.
 
@@ -81,17 +85,21 @@ class LaneConnection(asyncio.Protocol):
         """Make the socket of the connected *connection* the lane's.
 
         Raises:
-            RuntimeError: *connection* does not expose a transport to take over (another
-                redis-py connection class or version), or bytes were left unread on it.
+            LaneUnsupported: *connection* exposes no transport to take over (another redis-py
+                connection class or version).
+            redis.exceptions.ConnectionError: this connection cannot be taken over now: it is
+                closing (Redis closed it as the handshake ended), or bytes were left unread on
+                it (they would be taken for the first call's reply).
         """
         writer = getattr(connection, "_writer", None)
         stream = getattr(connection, "_reader", None)
         transport = getattr(writer, "transport", None)
-        if not isinstance(transport, asyncio.Transport) or transport.is_closing():
-            raise RuntimeError("the redis-py connection exposes no open transport")
-        if getattr(stream, "_buffer", None) or getattr(stream, "at_eof", lambda: True)():
-            # Bytes the handshake left unread would be taken for the first call's reply.
-            raise RuntimeError("the redis-py connection has unread bytes or is at its end")
+        if not isinstance(transport, asyncio.Transport) or not isinstance(
+            stream, asyncio.StreamReader
+        ):
+            raise LaneUnsupported("the redis-py connection exposes no transport")
+        if transport.is_closing() or getattr(stream, "_buffer", None) or stream.at_eof():
+            raise redis_errors.ConnectionError("the connection closed or left bytes unread")
         encoder = connection.encoder
         options: dict[str, Any] = {
             "protocolError": redis_errors.InvalidResponse,
@@ -278,10 +286,16 @@ class Lane:
             self._connecting = None
         try:
             lane = LaneConnection.take_over(connection)
-        except RuntimeError as exc:
+        except LaneUnsupported as exc:
             self._unsupported = True
             self._disconnect_soon(connection)
             log.warning("store.lane_unavailable", reason=str(exc))
+            return
+        except redis_errors.ConnectionError:
+            # This connection only (Redis closed it just now): tried again later, as a failed
+            # connect is.
+            self._retry_at = asyncio.get_running_loop().time() + LANE_RETRY_S
+            self._disconnect_soon(connection)
             return
         self.connects += 1
         if self._closed or self._connection is not None:
