@@ -55,22 +55,35 @@ class _Connection:
 
 
 class _Pool:
-    def __init__(self) -> None:
+    """Makes connections of *kinds* in turn, then plain ones."""
+
+    def __init__(self, *kinds: type[_Connection]) -> None:
         self.made: list[_Connection] = []
+        self._kinds = list(kinds)
 
     def make_connection(self) -> _Connection:
-        self.made.append(_Connection())
+        kind = self._kinds.pop(0) if self._kinds else _Connection
+        self.made.append(kind())
         return self.made[-1]
 
 
-def _lane() -> tuple[Lane, _Pool]:
-    pool = _Pool()
+def _lane(*kinds: type[_Connection]) -> tuple[Lane, _Pool]:
+    pool = _Pool(*kinds)
     return Lane(SimpleNamespace(connection_pool=pool), stall_timeout_s=1.0), pool  # type: ignore[arg-type]
 
 
 async def _connected(lane: Lane) -> None:
     assert lane.take() is None  # none yet: one is made in the background
     await eventually(lambda: lane.connects == 1)
+
+
+async def _uses_then_closes(lane: Lane, connection: _Connection) -> None:
+    """The lane's connection is now *connection*'s, and usable; then the lane closes."""
+    taken = lane.take()
+    assert taken is not None
+    assert taken.connection is connection
+    lane.give_back(taken, reusable=True)
+    await lane.close()
 
 
 async def _server_reads(connection: _Connection, size: int) -> bytes:
@@ -114,11 +127,7 @@ async def test_a_failed_use_drops_the_connection_and_a_new_one_is_made() -> None
     taken, _ = await _taken(lane, pool)
     lane.give_back(taken, reusable=False)
     await eventually(lambda: lane.connects == 2 and pool.made[0].closed)
-    again = lane.take()
-    assert again is not None
-    assert again.connection is pool.made[1]
-    lane.give_back(again, reusable=True)
-    await lane.close()
+    await _uses_then_closes(lane, pool.made[1])
 
 
 async def test_a_connection_given_back_that_is_no_longer_the_lanes_is_closed() -> None:
@@ -129,11 +138,7 @@ async def test_a_connection_given_back_that_is_no_longer_the_lanes_is_closed() -
     stray = LaneConnection.take_over(stray_connection)  # type: ignore[arg-type]
     lane.give_back(stray, reusable=True)
     await eventually(lambda: stray_connection.closed)
-    kept = lane.take()
-    assert kept is not None
-    assert kept.connection is pool.made[0]
-    lane.give_back(kept, reusable=True)
-    await lane.close()
+    await _uses_then_closes(lane, pool.made[0])
 
 
 async def test_a_connection_redis_closed_while_idle_is_not_taken_but_replaced() -> None:
@@ -145,11 +150,7 @@ async def test_a_connection_redis_closed_while_idle_is_not_taken_but_replaced() 
     await eventually(lambda: taken.closed)
     assert lane.take() is None
     await eventually(lambda: lane.connects == 2 and connection.closed)
-    again = lane.take()
-    assert again is not None
-    assert again.connection is pool.made[1]
-    lane.give_back(again, reusable=True)
-    await lane.close()
+    await _uses_then_closes(lane, pool.made[1])
 
 
 async def test_close_waits_for_the_call_in_flight_then_closes_everything() -> None:
@@ -178,9 +179,7 @@ async def test_connections_that_cannot_be_taken_over_leave_the_lane_unused() -> 
             self._writer = self._hidden
             await super().disconnect(nowait)
 
-    pool = _Pool()
-    pool.make_connection = lambda: pool.made.append(_Opaque()) or pool.made[-1]  # type: ignore[method-assign]
-    lane = Lane(SimpleNamespace(connection_pool=pool), stall_timeout_s=1.0)  # type: ignore[arg-type]
+    lane, pool = _lane(_Opaque, _Opaque)
     assert lane.take() is None
     await eventually(lambda: lane._connecting is None and len(pool.made) == 1)
     await eventually(lambda: pool.made[0].closed)
@@ -204,20 +203,13 @@ async def test_a_connection_redis_closed_as_its_handshake_ended_is_replaced_late
             self.server.close()
             await eventually(self._reader.at_eof)
 
-    pool = _Pool()
-    kinds = iter([_ClosedAtOnce, _Connection])
-    pool.make_connection = lambda: pool.made.append(next(kinds)()) or pool.made[-1]  # type: ignore[method-assign]
-    lane = Lane(SimpleNamespace(connection_pool=pool), stall_timeout_s=1.0)  # type: ignore[arg-type]
+    lane, pool = _lane(_ClosedAtOnce)
     assert lane.take() is None
     await eventually(lambda: lane._connecting is None and pool.made[0].closed)
     assert lane.connects == 0
     assert lane.take() is None  # wants one again: made now
     await eventually(lambda: lane.connects == 1)
-    taken = lane.take()
-    assert taken is not None
-    assert taken.connection is pool.made[1]
-    lane.give_back(taken, reusable=True)
-    await lane.close()
+    await _uses_then_closes(lane, pool.made[1])
 
 
 # The taken-over socket ------------------------------------------------------------------------
