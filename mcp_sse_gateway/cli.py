@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import urllib.error
@@ -20,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from mcp_sse_gateway.config import Settings, load_settings
+from mcp_sse_gateway.config import Settings, load_settings, unknown_variables
 from mcp_sse_gateway.errors import ConfigError
 from mcp_sse_gateway.logs import configure_logging
 from mcp_sse_gateway.tracing import NO_TRACING, Tracing
@@ -101,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mcp-sse-gateway: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    for name in unknown_variables(os.environ):
+        print(
+            f"mcp-sse-gateway: warning: {name} names no settings section and is ignored "
+            f"(sections: {', '.join(Settings.model_fields)}; e.g. MCP_SSE_GATEWAY_SERVER__PORT)",
+            file=sys.stderr,
+        )
     if args.command in ("serve", "check-config") and settings.upstream.url is None:
         print(
             "mcp-sse-gateway: upstream.url is required (--upstream URL, [upstream] url, or "
@@ -109,8 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_CONFIG
     if args.command == "check-config":
-        print(json.dumps(settings.redacted(), indent=2))
-        return 0
+        return _print(json.dumps(settings.redacted(), indent=2))
     if args.command == "healthcheck":
         return _healthcheck(settings, ready=args.ready)
     if args.command == "demo":
@@ -120,6 +126,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_demo = _demo_runner()
         return 1 if run_demo is None else asyncio.run(run_demo(settings, once=args.once))
     return _serve_traced(settings)
+
+
+def _print(text: str) -> int:
+    """Print *text* on stdout: 0, or 1 without a traceback when the reader left (``| head``)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would report the pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
 
 
 def _serve_traced(settings: Settings) -> int:

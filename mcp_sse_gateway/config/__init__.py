@@ -11,7 +11,8 @@ a named constant with the reason it was chosen (see DESIGN D7).
 This package is sans-IO apart from reading the TOML file; it imports neither aiohttp nor redis.
 Every name is re-exported here; one job per module:
 
-* :mod:`.settings`: :class:`Settings`, the root, its sources and :func:`load_settings`.
+* :mod:`.settings`: :class:`Settings`, the root, its sources, :func:`load_settings` and
+  :func:`unknown_variables`.
 * :mod:`.network`: the ``[upstream]`` and ``[server]`` sections.
 * :mod:`.events`: the ``[store]`` and ``[sse]`` sections.
 * :mod:`.access`: the ``[auth]`` section.
@@ -69,6 +70,7 @@ from mcp_sse_gateway.config.settings import (
     ENV_PREFIX,
     Settings,
     load_settings,
+    unknown_variables,
 )
 from mcp_sse_gateway.config.tasks import TasksSettings, TaskSupport
 from mcp_sse_gateway.config.telemetry import LoggingSettings, MetricsSettings
@@ -124,4 +126,5 @@ __all__ = [
     "UpstreamSettings",
     "load_settings",
     "redact_url",
+    "unknown_variables",
 ]

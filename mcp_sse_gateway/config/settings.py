@@ -13,6 +13,8 @@ This module is sans-IO apart from reading the TOML file; it imports neither aioh
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +90,15 @@ class Settings(BaseSettings):
     def redacted(self) -> dict[str, Any]:
         """The settings as plain JSON-able data, secrets shown as ``'**********'``.
 
-        Credentials in the upstream URL (password, query values) are masked too.
+        The upstream and Redis URLs are shown with their credentials masked (password, query
+        values: :func:`~mcp_sse_gateway.config.redaction.redact_url`), so the host they name
+        can be checked.
         """
         data = self.model_dump(mode="json")
         if data["upstream"]["url"]:
             data["upstream"]["url"] = redact_url(data["upstream"]["url"])
+        if self.store.redis_url is not None:
+            data["store"]["redis_url"] = redact_url(self.store.redis_url.get_secret_value())
         return data
 
 
@@ -142,6 +148,33 @@ def load_settings(
     except ValueError as exc:
         # tomllib.TOMLDecodeError is a ValueError: a syntax error in the file.
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+#: What Kubernetes sets in every pod for a Service named ``mcp-sse-gateway`` (service links):
+#: ``…_SERVICE_HOST``, ``…_SERVICE_PORT[_NAME]``, ``…_PORT``,
+#: ``…_PORT_8080_TCP[_PROTO|_PORT|_ADDR]``.
+_SERVICE_LINK = re.compile(r"(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """Names of ``MCP_SSE_GATEWAY_*`` variables that name no section, sorted: to warn about.
+
+    The environment source reads only the variables of known sections, so a misspelt section
+    (``MCP_SSE_GATEWAY_SERVERS__PORT``) is ignored without a word; a misspelt key within a
+    known section is refused by the section itself (extra keys are forbidden). Kubernetes'
+    service links for a Service of this name are not reported. Names are matched
+    case-insensitively, as the settings read them; values are never looked at.
+    """
+    sections = {name.upper() for name in Settings.model_fields}
+    unknown = []
+    for name in environ:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper == CONFIG_PATH_ENV:
+            continue
+        rest = upper.removeprefix(ENV_PREFIX)
+        if rest.split("__", 1)[0] not in sections and not _SERVICE_LINK.fullmatch(rest):
+            unknown.append(name)
+    return sorted(unknown)
 
 
 def _describe(exc: ValidationError) -> str:

@@ -166,6 +166,18 @@ async def test_every_key_has_a_ttl(make_redis_store):
     assert all(ttl > 0 for ttl in ttls.values()), ttls
 
 
+async def test_an_orphaned_stream_is_logged_with_the_short_session_digest(make_redis_store):
+    # Every log line names a session by the same 12 hex digits (docs/operations.md, "Logs").
+    store = make_redis_store()
+    life = new_life()
+    await store.create_stream("s", life, kind="request", owner="dead")
+    with structlog.testing.capture_logs() as logs:
+        assert await store.end_orphaned("s", life, ["error"]) is True
+    (line,) = [entry for entry in logs if entry["event"] == "store.stream_orphaned"]
+    assert line["session"] == session_digest("s")[:12]
+    assert line["owner"] == "dead"
+
+
 async def test_keys_of_a_session_share_one_hash_tag(make_redis_store):
     roles = await _scenario(make_redis_store)
     keys = await _all_keys(make_redis_store.admin())

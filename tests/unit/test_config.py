@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,7 +98,8 @@ def test_secrets_are_redacted(tmp_path, capsys):
     assert main(["check-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "hunter2" not in out
-    assert json.loads(out)["store"]["redis_url"] == "**********"
+    # The host shows (which Redis is configured can be checked); the password does not.
+    assert json.loads(out)["store"]["redis_url"] == "rediss://user:***@redis:6380/0"
     assert "hunter2" not in repr(load_settings(path))
 
 
@@ -139,6 +143,50 @@ def test_non_json_list_in_environment_names_the_fix(monkeypatch):
     assert "ALLOWED_HOSTS" in str(caught.value)
     assert "JSON" in str(caught.value)
     assert "config file" not in str(caught.value)
+
+
+def test_a_variable_of_no_section_is_warned_about(monkeypatch, capsys):
+    # A misspelt section would be ignored by the settings without a word.
+    monkeypatch.setenv("MCP_SSE_GATEWAY_SERVERS__PORT", "9999")
+    # Kubernetes' service links for a Service named mcp-sse-gateway are not ours to report.
+    for name, value in [
+        ("MCP_SSE_GATEWAY_SERVICE_HOST", "10.0.0.1"),
+        ("MCP_SSE_GATEWAY_SERVICE_PORT", "8080"),
+        ("MCP_SSE_GATEWAY_SERVICE_PORT_HTTP", "8080"),
+        ("MCP_SSE_GATEWAY_PORT", "tcp://10.0.0.1:8080"),
+        ("MCP_SSE_GATEWAY_PORT_8080_TCP_ADDR", "10.0.0.1"),
+    ]:
+        monkeypatch.setenv(name, value)
+    assert main(["check-config", "--upstream", "http://127.0.0.1:1/mcp"]) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if "warning" in line]
+    assert len(warnings) == 1
+    assert "MCP_SSE_GATEWAY_SERVERS__PORT" in warnings[0]
+    assert "9999" not in captured.err
+    assert json.loads(captured.out)["server"]["port"] != 9999
+
+
+def test_check_config_into_a_closed_pipe_exits_without_a_traceback():
+    # `check-config | head -1`: the reader is gone before the settings are written (a pipe
+    # whose read end is closed before the command starts).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    command = [sys.executable, "-m", "mcp_sse_gateway", "check-config"]
+    command += ["--upstream", "http://127.0.0.1:1/mcp"]
+    try:
+        done = subprocess.run(
+            command,
+            stdout=write_end,
+            capture_output=False,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1
+    assert b"Traceback" not in done.stderr
+    assert b"BrokenPipeError" not in done.stderr
 
 
 def test_check_config_refuses_what_serve_refuses(capsys):

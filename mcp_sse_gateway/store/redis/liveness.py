@@ -128,6 +128,6 @@ class Liveness:
                 ],
             )
         if ended:
-            log.warning("store.stream_orphaned", session=keys.digest, owner=owner)
+            log.warning("store.stream_orphaned", session=keys.digest[:12], owner=owner)
             self._written.forget(keys.digest, life)
         return bool(ended)
