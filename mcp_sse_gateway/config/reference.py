@@ -32,9 +32,11 @@ do not edit by hand (a test fails when this file is stale). -->
 Every key, by section. Set a key in a TOML file (`--config PATH`, or the `{CONFIG_PATH_ENV}`
 variable), in the environment, or with a command-line flag where one exists. Precedence, highest
 first: flags, environment, the TOML file, the defaults. Environment variables are named
-`{ENV_PREFIX}<SECTION>__<KEY>`; lists are JSON (`'["mcp.example.com"]'`). Durations end in `_s`
-(seconds) or `_ms` (milliseconds), sizes in `_bytes`. `config.example.toml` holds every key with
-its default. `mcp-sse-gateway check-config` prints the settings in effect, secrets redacted.
+`{ENV_PREFIX}<SECTION>__<KEY>`; lists are JSON (`'["mcp.example.com"]'`). A misspelt key is
+refused; a variable of the prefix that names no section is ignored, with a warning on stderr.
+Durations end in `_s` (seconds) or `_ms` (milliseconds), sizes in `_bytes`.
+`config.example.toml` holds every key with its default. `mcp-sse-gateway check-config` prints
+the settings in effect, secrets redacted (URLs keep their host).
 
 Tracing is configured by OpenTelemetry's own `OTEL_*` variables, not here: see
 [operations](operations.md#traces). "DESIGN D7" and the like name sections of the
