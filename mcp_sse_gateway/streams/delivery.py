@@ -55,7 +55,7 @@ from mcp_sse_gateway.store.base import EventStore, ReadResult, StoredEvent
 from mcp_sse_gateway.streams.alarm import SLACK_S, Alarm
 from mcp_sse_gateway.streams.cursor import Delivered, DeliveryCursor
 from mcp_sse_gateway.streams.feed import FeedEvent, LocalFeed
-from mcp_sse_gateway.streams.life import StreamLife
+from mcp_sse_gateway.streams.life import LOST_PHASES, StreamLife
 from mcp_sse_gateway.streams.reader import StoreReader
 from mcp_sse_gateway.streams.registry import Registry
 from mcp_sse_gateway.streams.sink import ClientSink, close_with_retry
@@ -146,6 +146,9 @@ class Delivery:
         self._feed: LocalFeed | None = stream.feed or stream.ended_feed
         #: Every event of a pump that ended normally was delivered from its ended feed.
         self._fed_to_the_end = False
+        #: A resume of a life already lost to a store outage: its feed's unstored events went
+        #: to the connection that was reading then; this one ends as the gap it is.
+        self._joins_lost = resuming and stream.phase in LOST_PHASES
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -170,8 +173,9 @@ class Delivery:
             StreamError, StoreError, SSEError: the stream cannot be served further.
         """
         self._task = asyncio.current_task()
-        if self._primes and await self._prime():
-            return "poll"
+        early = await self._opening()
+        if early is not None:
+            return early
         try:
             while True:
                 feed = self._current_feed()
@@ -196,6 +200,14 @@ class Delivery:
             self._reader.cancel()
             if self._alarm is not None:
                 self._alarm.close()
+
+    async def _opening(self) -> str | None:
+        """Before the first event: an end already (``store_lost``, ``poll``), else None."""
+        if self._joins_lost:
+            return "store_lost"
+        if self._primes and await self._prime():
+            return "poll"
+        return None
 
     async def _prime(self) -> bool:
         """Write the priming event; whether the connection closes right after it (polling)."""

@@ -42,6 +42,10 @@ class Phase(enum.StrEnum):
     RETIRED = "retired"
 
 
+#: The phases of a life the store lost events of: never resumed, whatever the store says.
+LOST_PHASES = frozenset({Phase.LOST, Phase.RETIRED})
+
+
 class Attachment:
     """One client connection reading one stream; ends when another connection replaces it.
 

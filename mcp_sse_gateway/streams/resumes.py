@@ -15,8 +15,9 @@ import structlog
 
 from mcp_sse_gateway.errors import CursorGone, InvalidEventId, UnknownStream
 from mcp_sse_gateway.event_ids import Cursor, parse_event_id
-from mcp_sse_gateway.store.base import StreamInfo
+from mcp_sse_gateway.store.base import StreamInfo, session_digest
 from mcp_sse_gateway.streams.context import StreamContext
+from mcp_sse_gateway.streams.life import LOST_PHASES
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
@@ -42,21 +43,35 @@ class Resumes:
 
         Raises:
             InvalidEventId: malformed, or an offset this stream never reached.
-            UnknownStream: no such stream life under this session.
+            UnknownStream: no such stream life under this session, or one this process lost
+                to a store outage (its events after the outage were never stored).
             CursorGone: the events after the cursor were trimmed.
             StoreUnavailable: the store cannot be asked.
         """
         cursor = parse_event_id(last_event_id)
         if cursor is None:
             raise InvalidEventId
+        if self._lost_here(session_id, cursor.life):
+            raise UnknownStream
         info = await self._ctx.store.stream_info(session_id, cursor.life)
-        if info is None:
+        if info is None or self._lost_here(session_id, cursor.life):
             raise UnknownStream
         if cursor.offset > info.last_offset:
             raise InvalidEventId
         if cursor.offset + 1 < info.first_offset:
             raise CursorGone
         return cursor, info
+
+    def _lost_here(self, session_id: str, life: str) -> bool:
+        """Whether this process lost *life* to a store outage (it is being retired).
+
+        The store still has such a life until its retirement drops it, which waits for the
+        store to be back (a backoff of up to seconds): a resume meanwhile would be served the
+        stored events, then the events the lost feed carried unstored, which the connection
+        that read them already has, without ids. It gets the 400 of a dropped life instead.
+        """
+        stream = self._ctx.registry.find((session_digest(session_id), life))
+        return stream is not None and stream.phase in LOST_PHASES
 
     def owner_check(
         self, session_id: str, info: StreamInfo

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from mcp_sse_gateway import jsonrpc
+from mcp_sse_gateway.errors import StoreUnavailable
 from mcp_sse_gateway.event_ids import parse_event_id
 from mcp_sse_gateway.web.keys import METRICS, REGISTRY, STREAMS
 from tests.support.scripted import DEADLINE_S
@@ -370,6 +371,126 @@ async def test_a_stream_the_store_lost_while_its_session_lives_counts_as_store_l
         await eventually(lambda: gw.app[REGISTRY].tasks == 0)
         metrics = gw.app[METRICS].render().decode()
         assert "mcp_sse_gateway_streams_store_lost_total 1.0" in metrics
+
+
+class _LostCall:
+    """A call that sends notification 0, then 1 and 2 once told (into a store outage), then
+    its result once told again; it answers the resume authorization's ``ping`` itself, once
+    ``probe`` is set (so a test can hold a resume inside its probe)."""
+
+    def __init__(self) -> None:
+        self.more, self.end, self.probe = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.probed = asyncio.Event()
+        self.probe.set()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body.get("method") == "ping":
+            self.probed.set()
+            await asyncio.wait_for(self.probe.wait(), DEADLINE_S)
+            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": {}})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await asyncio.wait_for(self.more.wait(), DEADLINE_S)
+        for index in (1, 2):
+            await response.write(f"data: {json.dumps(_notification(index))}\n\n".encode())
+        await asyncio.wait_for(self.end.wait(), DEADLINE_S)
+        await response.write(f"data: {json.dumps(_result(body['id']))}\n\n".encode())
+        return response
+
+
+def _store_outage(gw, monkeypatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Events that make the store refuse appends (an outage: the pump goes lost) and let it
+    drop streams again (until then the lost life stays in the store: its retirement waits)."""
+    store = gw.app[STREAMS].ctx.store
+    down, drops = asyncio.Event(), asyncio.Event()
+    append_many, drop_stream = store.append_many, store.drop_stream
+
+    async def appending(*args: Any, **kwargs: Any) -> int:
+        if down.is_set():
+            raise StoreUnavailable("down (test)")
+        return await append_many(*args, **kwargs)
+
+    async def dropping(*args: Any, **kwargs: Any) -> None:
+        if not drops.is_set():
+            raise StoreUnavailable("down (test)")
+        await drop_stream(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append_many", appending)
+    monkeypatch.setattr(store, "drop_stream", dropping)
+    return down, drops
+
+
+async def test_a_resume_of_a_life_lost_to_an_outage_gets_400_while_the_store_still_has_it(
+    upstream, gateway, http, monkeypatch
+):
+    """The store came back, but the lost life is not dropped from it yet (its retirement backs
+    off): a resume must not be served, or it gets the stored events and then the lost feed's
+    events again, which its first connection already had, without ids (D4: a resume across
+    the outage gets 400)."""
+    call = _LostCall()
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        down, drops = _store_outage(gw, monkeypatch)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=2)  # priming and notification 0
+        stored = first[-1].id
+        assert parse_event_id(stored).offset == 1
+        down.set()
+        call.more.set()
+        lost, _ = await read_events(response, until=2)
+        assert [m["params"]["data"] for m in _messages(lost)] == [1, 2]
+        assert not any(e.id for e in lost)
+        down.clear()  # the store is back; the lost life is still in it
+        response.close()
+        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": stored}))
+        assert resumed.status == 400
+        assert (await resumed.json())["error"]["code"] == -32600  # Invalid Request
+        drops.set()
+        call.end.set()
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+
+
+async def test_a_resume_whose_life_is_lost_during_its_probe_gets_no_lost_events(
+    upstream, gateway, http, monkeypatch
+):
+    """The life goes lost while a resume waits for its authorization probe: the resume was
+    answered for a live life, but must not take over the lost feed (its events went to the
+    connection reading then): it ends at once with ``retry``, its next attempt gets 400."""
+    call = _LostCall()
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        upstream.answer_pings = False  # the call answers them, when told
+        down, drops = _store_outage(gw, monkeypatch)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=2)
+        stored = first[-1].id
+        call.probe.clear()
+        call.probed.clear()
+        resume = asyncio.ensure_future(
+            http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": stored}))
+        )
+        await asyncio.wait_for(call.probed.wait(), DEADLINE_S)  # the resume is in its probe
+        down.set()
+        call.more.set()
+        lost, _ = await read_events(response, until=2)  # the connection reading gets them
+        assert [m["params"]["data"] for m in _messages(lost)] == [1, 2]
+        down.clear()
+        call.probe.set()
+        resumed = await asyncio.wait_for(resume, DEADLINE_S)
+        assert resumed.status == 200
+        events, ended = await read_events(resumed)
+        assert ended
+        assert _messages(events) == []
+        assert events[-1].retry == 1000
+        again = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": stored}))
+        assert again.status == 400
+        drops.set()
+        call.end.set()
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
 
 
 async def test_a_call_whose_session_is_deleted_after_its_client_left_is_no_longer_read(
