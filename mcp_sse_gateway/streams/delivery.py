@@ -146,9 +146,6 @@ class Delivery:
         self._feed: LocalFeed | None = stream.feed or stream.ended_feed
         #: Every event of a pump that ended normally was delivered from its ended feed.
         self._fed_to_the_end = False
-        #: A resume of a life already lost to a store outage: its feed's unstored events went
-        #: to the connection that was reading then; this one ends as the gap it is.
-        self._joins_lost = resuming and stream.phase in LOST_PHASES
 
     def _polling_close(self, opened: float) -> float | None:
         """When to close on purpose (SEP-1699 polling), None for never.
@@ -173,9 +170,8 @@ class Delivery:
             StreamError, StoreError, SSEError: the stream cannot be served further.
         """
         self._task = asyncio.current_task()
-        early = await self._opening()
-        if early is not None:
-            return early
+        if self._primes and await self._prime():
+            return "poll"
         try:
             while True:
                 feed = self._current_feed()
@@ -200,14 +196,6 @@ class Delivery:
             self._reader.cancel()
             if self._alarm is not None:
                 self._alarm.close()
-
-    async def _opening(self) -> str | None:
-        """Before the first event: an end already (``store_lost``, ``poll``), else None."""
-        if self._joins_lost:
-            return "store_lost"
-        if self._primes and await self._prime():
-            return "poll"
-        return None
 
     async def _prime(self) -> bool:
         """Write the priming event; whether the connection closes right after it (polling)."""
@@ -289,6 +277,10 @@ class Delivery:
         News comes from the *feed* when this process pumps the stream (and the feed holds the
         cursor), else from the store's wake-ups.
         """
+        if feed is not None and feed.lost:
+            # A lost stream cannot be resumed (D7, outages): closed on purpose, the client
+            # would never get the rest. It is carried to its end instead.
+            self._close_at = None
         now = time.monotonic()
         keepalive_s = self._sse.keepalive_s
         wait_s = keepalive_s - (now - self._quiet_since)
@@ -506,7 +498,9 @@ async def deliver(
     """Attach to *stream* (replacing an older connection) and deliver it until a close.
 
     Every end but a slow reader's and a vanished client's is written as ``retry`` then the
-    end of the response: a client that reconnects waits ``sse.retry_ms``. *first* is the
+    end of the response: a client that reconnects waits ``sse.retry_ms``. A resume of a life
+    lost to a store outage since it was checked is not attached: it ends ``store_lost`` at
+    once, and the connection reading the lost feed goes on. *first* is the
     read of the batch after *cursor*, when the caller started it already (a resume checks its
     stream is still there before it answers 200).
 
@@ -532,33 +526,16 @@ async def deliver(
     ended = "client_gone"
     metrics.streams_active.inc()
     try:
-        with registry.reading(stream) as attachment:
-            try:
-                ended = await delivery.run()
-            except asyncio.CancelledError:
-                if attachment.reason is None:
-                    raise
-                # Told to stop by the registry (a newer connection, or drain): end politely.
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-                ended = attachment.reason
-            except SlowReader:
-                log.info("subscriber.dropped_slow", cursor=delivery.cursor.offset)
-                sink.abort()
-                ended = "slow_reader"
-                return _delivered(delivery, ended)
-            except ClientGone:
-                ended = "client_gone"
-                return _delivered(delivery, ended)
-            except UnknownStream:
-                # Dropped while attached (session deleted or expired): nothing more will come.
-                ended = "stream_dropped"
-            except (StreamError, StoreError, SSEError) as exc:
-                # The response has started: a second status line would corrupt the stream. End
-                # it with retry; the client resumes and gets a clean answer (400 if trimmed).
-                log.warning("stream.delivery_failed", error=type(exc).__name__)
-                ended = "error"
+        if resuming and stream.phase in LOST_PHASES:
+            # Lost to a store outage since the resume was checked (during its authorization
+            # probe): the feed's unstored events belong to the connection reading them, which
+            # a resume must not replace. Not attached: it ends as the gap it is (its next
+            # attempt gets 400), and that connection goes on.
+            ended = "store_lost"
+        else:
+            ended = await _attached(delivery, registry, stream, sink)
+        if ended in _ABRUPT:
+            return _delivered(delivery, ended)
         if not await close_with_retry(sink, settings.sse.retry_ms):
             log.info("subscriber.dropped_slow", cursor=delivery.cursor.offset)
             ended = "slow_reader"
@@ -568,6 +545,42 @@ async def deliver(
         metrics.events_delivered.inc(delivery.events)
         metrics.events_replayed.inc(delivery.replayed)
         metrics.count_connection_ended(ended)
+
+
+#: Ends after which the response is not closed with ``retry`` (it was aborted, or the client
+#: is gone).
+_ABRUPT = frozenset({"slow_reader", "client_gone"})
+
+
+async def _attached(
+    delivery: Delivery, registry: Registry, stream: StreamLife, sink: ClientSink
+) -> str:
+    """Run *delivery* attached to *stream* (replacing an older connection); why it ended."""
+    with registry.reading(stream) as attachment:
+        try:
+            return await delivery.run()
+        except asyncio.CancelledError:
+            if attachment.reason is None:
+                raise
+            # Told to stop by the registry (a newer connection, or drain): end politely.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return attachment.reason
+        except SlowReader:
+            log.info("subscriber.dropped_slow", cursor=delivery.cursor.offset)
+            sink.abort()
+            return "slow_reader"
+        except ClientGone:
+            return "client_gone"
+        except UnknownStream:
+            # Dropped while attached (session deleted or expired): nothing more will come.
+            return "stream_dropped"
+        except (StreamError, StoreError, SSEError) as exc:
+            # The response has started: a second status line would corrupt the stream. End
+            # it with retry; the client resumes and gets a clean answer (400 if trimmed).
+            log.warning("stream.delivery_failed", error=type(exc).__name__)
+            return "error"
 
 
 def _delivered(delivery: Delivery, ended: str) -> Delivered:

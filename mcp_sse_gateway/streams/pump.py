@@ -90,6 +90,8 @@ class PumpResult:
         resumable: some body of the upstream primed or sent ``retry``: it closes on purpose
             (SEP-1699), and its clean ends are polling, not failures.
         retry_ms: the upstream's last ``retry``, ms (None: it sent none).
+        unfinished: every event was stored but the terminal marker: the store failed at the
+            very end. The caller finishes the stream once the store is back.
     """
 
     events: int = 0
@@ -99,6 +101,7 @@ class PumpResult:
     lease_lost: bool = False
     resumable: bool = False
     retry_ms: int | None = None
+    unfinished: bool = False
 
 
 class _Abandoned(Exception):
@@ -480,14 +483,19 @@ def _event_type(event: str | None) -> str | None:
 async def _settle(sink: _Sink, result: PumpResult, *, finish: bool) -> None:
     """Append the gateway's error for each pending request, then the terminal marker."""
     errors = pending_errors(result.pending)
+    finishing = False
     try:
         if errors and await sink.put([(data, None) for data in errors], []):
             result.events += len(errors)
         if finish and not sink.lost and not sink.finished:
+            finishing = True
             await sink.store.finish(sink.session_id, sink.life)
     except _Abandoned:
         pass
-    except (StoreError, StreamError):
+    except (StoreError, StreamError) as exc:
+        # Only the marker is missing: every event is stored, so the stream is finished later
+        # rather than given up (its readers would wait for an end that never comes).
+        result.unfinished = finishing and isinstance(exc, StoreUnavailable)
         log.warning("store.settle_failed", pending=len(result.pending))
     except Exception:  # whatever failed, the pump ends normally (log.exception: a bug)
         log.exception("store.settle_failed", pending=len(result.pending))

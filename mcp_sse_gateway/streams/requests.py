@@ -372,6 +372,10 @@ class RequestStreams:
                 if response is not None:
                     response.close()
                 self._ctx.registry.release(stream)
+            if result.unfinished:
+                self._ctx.registry.spawn(
+                    self._finish_later(stream), name="stream.finish", background=True
+                )
             span.set("mcp.stream.events_stored", result.events)
             span.set("mcp.stream.end", _end_of(result))
             if result.broken:
@@ -430,26 +434,45 @@ class RequestStreams:
                 self._ctx.metrics.streams_store_lost.inc()
         await self._retire(stream)
 
-    async def _retire(self, stream: StreamLife) -> None:
-        """Drop a stream life that has a gap from the store (so resumes get 400), then the feed.
+    async def _until_stored(self, call: Callable[[], Awaitable[object]]) -> bool:
+        """Make store *call* until it succeeds; whether it did.
 
-        Retries while the store is down, for at most ``session_idle_ttl_s`` (by then the
-        stream's keys expired anyway).
+        Retries while the store fails, backing off (:data:`RETIRE_BACKOFF_S`, jittered), for
+        at most ``session_idle_ttl_s``: by then the stream's keys expired anyway.
         """
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + self._ctx.settings.store.session_idle_ttl_s
         delay_s = RETIRE_BACKOFF_S[0]
+        while True:
+            try:
+                await call()
+            except StoreError:
+                if loop.time() >= give_up_at:
+                    return False
+            else:
+                return True
+            await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+            delay_s = min(delay_s * 2, RETIRE_BACKOFF_S[1])
+
+    async def _finish_later(self, stream: StreamLife) -> None:
+        """Store the terminal marker the pump could not (the store failed at the very end).
+
+        Every event is stored: once the store is back, the stream ends for its readers
+        (a resume gets the rest and the end, then 204) rather than waiting for ever.
+        """
+        store = self._ctx.store
+        if await self._until_stored(lambda: store.finish(stream.session_id, stream.life)):
+            log.info("stream.finished_late", life=stream.life[:8])
+
+    async def _retire(self, stream: StreamLife) -> None:
+        """Drop a stream life that has a gap from the store (so resumes get 400), then the feed.
+
+        Retries while the store is down (:meth:`_until_stored`).
+        """
+        store = self._ctx.store
         try:
-            while True:
-                try:
-                    await self._ctx.store.drop_stream(stream.session_id, stream.life)
-                    log.info("stream.retired", life=stream.life[:8])
-                    break
-                except StoreError:
-                    if loop.time() >= give_up_at:
-                        break
-                await asyncio.sleep(delay_s * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
-                delay_s = min(delay_s * 2, RETIRE_BACKOFF_S[1])
+            if await self._until_stored(lambda: store.drop_stream(stream.session_id, stream.life)):
+                log.info("stream.retired", life=stream.life[:8])
             # Keep the feed until the pump closed it, then while its reader drains it (bounded).
             feed = stream.feed
             while feed is not None and not feed.done:

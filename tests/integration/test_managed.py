@@ -488,8 +488,92 @@ async def test_a_resume_whose_life_is_lost_during_its_probe_gets_no_lost_events(
         assert events[-1].retry == 1000
         again = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": stored}))
         assert again.status == 400
-        drops.set()
+        # The connection reading the lost feed was not replaced: it gets the rest.
         call.end.set()
+        rest, ended = await read_events(response)
+        assert ended
+        assert _messages(rest) == [_result(7)]
+        assert not any(e.id for e in rest)
+        drops.set()
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+
+
+async def test_a_lost_stream_is_not_closed_for_polling(upstream, gateway, http, monkeypatch):
+    """A stream lost to a store outage cannot be resumed: a polling close (SEP-1699) would
+    leave its client without the rest. The connection stays past the polling deadline (its
+    keepalives show the time passing) and gets the result."""
+    call = _LostCall()
+    sse = {"poll_after_ms": 100, "keepalive_s": 0.05}
+    async with gateway(upstream.url, sse=sse) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = call.handle
+        down, drops = _store_outage(gw, monkeypatch)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        await read_events(response, until=2)  # priming and notification 0
+        down.set()
+        call.more.set()
+        lost, ended = await read_events(response, until=2)
+        assert not ended
+        assert [m["params"]["data"] for m in _messages(lost)] == [1, 2]
+        quiet: list[Any] = []
+        while sum(1 for e in quiet if e.comments) < 6:  # 300 ms of keepalives, 3x the deadline
+            more, ended = await read_events(response, until=1)
+            assert not ended, "closed for polling"
+            quiet += more
+        assert _messages(quiet) == []
+        call.end.set()
+        rest, ended = await read_events(response)
+        assert ended
+        assert _messages(rest) == [_result(7)]
+        drops.set()
+        await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+
+
+async def test_an_end_the_store_missed_is_stored_once_it_is_back(
+    upstream, gateway, http, monkeypatch
+):
+    """Every event was stored but the terminal marker: the store failed at the very end. The
+    marker is stored once the store answers again, so a resume ends (then 204) rather than
+    waiting for an end that never comes."""
+    body_done = asyncio.Event()
+
+    async def tool(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
+        await response.write(f"data: {json.dumps(_result(body['id']))}\n\n".encode())
+        await asyncio.wait_for(body_done.wait(), DEADLINE_S)  # the end comes on its own
+        return response
+
+    async with gateway(upstream.url) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = tool
+        store = gw.app[STREAMS].ctx.store
+        finish, down = store.finish, asyncio.Event()
+        down.set()
+
+        async def finishing(*args: Any, **kwargs: Any) -> None:
+            if down.is_set():
+                raise StoreUnavailable("down (test)")
+            await finish(*args, **kwargs)
+
+        monkeypatch.setattr(store, "finish", finishing)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=3)  # priming, notification, result
+        assert _messages(first) == [_notification(0), _result(7)]
+        last = first[-1].id
+        response.close()
+        body_done.set()
+        await eventually(lambda: not _attached(gw) and gw.app[REGISTRY].request_pumps == 0)
+        resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": last}))
+        assert resumed.status == 200
+        down.clear()  # the store is back: the marker is stored, and the resume ends
+        events, ended = await read_events(resumed)
+        assert ended
+        assert _messages(events) == []
+        done = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": last}))
+        assert done.status == 204
         await eventually(lambda: gw.app[REGISTRY].tasks == 0)
 
 
