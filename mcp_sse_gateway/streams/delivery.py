@@ -32,6 +32,7 @@ Redelivery", SEP-1699.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -243,6 +244,10 @@ class Delivery:
             return "store_lost" if feed.lost else _TO_STORE
         if feed.done:
             return "finished_unstored" if feed.lost else _TO_STORE
+        if feed.lost:
+            # A lost stream cannot be resumed (D7, outages): closed on purpose, the client
+            # would never get the rest. It is carried to its end instead.
+            self._close_at = None
         return await self._idle(feed)
 
     async def _from_store(self) -> str | None:
@@ -277,10 +282,6 @@ class Delivery:
         News comes from the *feed* when this process pumps the stream (and the feed holds the
         cursor), else from the store's wake-ups.
         """
-        if feed is not None and feed.lost:
-            # A lost stream cannot be resumed (D7, outages): closed on purpose, the client
-            # would never get the rest. It is carried to its end instead.
-            self._close_at = None
         now = time.monotonic()
         keepalive_s = self._sse.keepalive_s
         wait_s = keepalive_s - (now - self._quiet_since)
@@ -314,7 +315,9 @@ class Delivery:
             await self._sink.write(KEEPALIVE)
             self._quiet_since = time.monotonic()
         if self._check_owner is not None:
-            await self._check_owner()
+            # Unreachable store: the next read fails too, and waits for it (not an end).
+            with contextlib.suppress(StoreUnavailable):
+                await self._check_owner()
         return _AGAIN
 
     async def _wait_feed(self, feed: LocalFeed, wait_s: float) -> bool:

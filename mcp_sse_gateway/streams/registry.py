@@ -34,6 +34,8 @@ class Registry:
         #: Tasks cancelled first on close (they never end by themselves): standalone pumps.
         self._endless: set[asyncio.Task[Any]] = set()
         self._background: set[asyncio.Task[Any]] = set()
+        #: Background tasks that only retry a store call: the drain does not wait for them.
+        self._retries: set[asyncio.Task[Any]] = set()
         self.closing = False
 
     @property
@@ -58,19 +60,27 @@ class Registry:
         name: str,
         endless: bool = False,
         background: bool = False,
+        retry: bool = False,
     ) -> asyncio.Task[Any]:
         """Run *coro* as a tracked task; it is forgotten when done and cancelled on close.
 
         An *endless* task (a standalone pump: it never ends by itself) is cancelled at once on
         close. A *background* task (a stand-by, a retire) is no pump: :attr:`request_pumps`
-        does not count it.
+        does not count it. A *retry* task (background too: it retries a store call while the
+        store is down) is cancelled at once on close, and never runs if spawned once the
+        app is closing: a drain waits for the upstream requests, not for the store, and what
+        such a task would store is left to the other replicas' dead-owner check (DESIGN D7).
         """
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         if endless:
             self._endless.add(task)
-        if background:
+        if background or retry:
             self._background.add(task)
+        if retry:
+            self._retries.add(task)
+            if self.closing:
+                task.cancel("shutdown")
         task.add_done_callback(self._done)
         return task
 
@@ -78,6 +88,7 @@ class Registry:
         self._tasks.discard(task)
         self._endless.discard(task)
         self._background.discard(task)
+        self._retries.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("task.failed", task=task.get_name(), error=repr(task.exception()))
 
@@ -136,13 +147,14 @@ class Registry:
         """Let tasks finish, then cancel the rest.
 
         Waits up to *timeout_s* seconds, or until *force* is set (a second interrupt), for
-        the request pumps; endless tasks (standalone streams) are cancelled at once.
+        the request pumps; endless tasks (standalone streams) and retry tasks are cancelled
+        at once.
 
         Returns:
             The number of tasks cancelled.
         """
         self.closing = True
-        for task in self._endless:
+        for task in self._endless | self._retries:
             task.cancel("shutdown")
         pending = set(self._tasks)
         if pending:

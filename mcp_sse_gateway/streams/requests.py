@@ -374,7 +374,7 @@ class RequestStreams:
                 self._ctx.registry.release(stream)
             if result.unfinished:
                 self._ctx.registry.spawn(
-                    self._finish_later(stream), name="stream.finish", background=True
+                    self._finish_later(stream), name="stream.finish", retry=True
                 )
             span.set("mcp.stream.events_stored", result.events)
             span.set("mcp.stream.end", _end_of(result))
@@ -412,13 +412,11 @@ class RequestStreams:
     def _store_lost(self, stream: StreamLife) -> None:
         """The pump could not store an event: the feed carries the stream on; retire the life."""
         self._ctx.metrics.streams_store_lost.inc()
-        self._ctx.registry.spawn(self._retire(stream), name="stream.retire", background=True)
+        self._ctx.registry.spawn(self._retire(stream), name="stream.retire", retry=True)
 
     def _dropped(self, stream: StreamLife) -> None:
         """The stream was dropped under its pump: the feed carries it on; retire the life."""
-        self._ctx.registry.spawn(
-            self._retire_dropped(stream), name="stream.retire", background=True
-        )
+        self._ctx.registry.spawn(self._retire_dropped(stream), name="stream.retire", retry=True)
 
     async def _retire_dropped(self, stream: StreamLife) -> None:
         """Retire a stream dropped under its pump; count it lost if the store lost it.

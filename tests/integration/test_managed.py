@@ -19,6 +19,7 @@ from aiohttp import web
 from mcp_sse_gateway import jsonrpc
 from mcp_sse_gateway.errors import StoreUnavailable
 from mcp_sse_gateway.event_ids import parse_event_id
+from mcp_sse_gateway.web.app import drain
 from mcp_sse_gateway.web.keys import METRICS, REGISTRY, STREAMS
 from tests.support.scripted import DEADLINE_S
 from tests.support.sse_client import json_messages as _messages
@@ -575,6 +576,44 @@ async def test_an_end_the_store_missed_is_stored_once_it_is_back(
         done = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": last}))
         assert done.status == 204
         await eventually(lambda: gw.app[REGISTRY].tasks == 0)
+
+
+async def test_a_drain_does_not_wait_for_an_end_the_store_missed(
+    upstream, gateway, http, monkeypatch
+):
+    """The store cannot take a call's end marker, and the replica drains: the drain waits for
+    upstream requests, not for the store (the marker's retry is cancelled at once), so it is
+    not held for its whole timeout."""
+    body_done = asyncio.Event()
+
+    async def tool(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(_result(body['id']))}\n\n".encode())
+        await asyncio.wait_for(body_done.wait(), DEADLINE_S)  # the end comes on its own
+        return response
+
+    async with gateway(upstream.url, server={"drain_timeout_s": 600}) as gw:
+        await _initialize(upstream, http, gw)
+        upstream.routes["/mcp"] = tool
+        store = gw.app[STREAMS].ctx.store
+        tried = asyncio.Event()
+
+        async def finishing(*args: Any, **kwargs: Any) -> None:
+            tried.set()
+            raise StoreUnavailable("down (test)")
+
+        monkeypatch.setattr(store, "finish", finishing)
+        response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
+        first, _ = await read_events(response, until=2)  # priming and the result
+        assert _messages(first) == [_result(7)]
+        body_done.set()
+        await asyncio.wait_for(tried.wait(), DEADLINE_S)
+        await eventually(lambda: gw.app[REGISTRY].request_pumps == 0)
+        assert gw.app[REGISTRY].tasks == 1  # the marker's retry
+        assert await asyncio.wait_for(drain(gw.app), DEADLINE_S) == 0
+        assert gw.app[REGISTRY].tasks == 0
 
 
 async def test_a_call_whose_session_is_deleted_after_its_client_left_is_no_longer_read(

@@ -552,6 +552,55 @@ async def test_the_owner_check_runs_while_idle_and_may_end_the_stream():
     assert checks == 3
 
 
+async def test_an_owner_check_the_store_cannot_answer_does_not_end_the_connection():
+    """The store is unreachable when the owner's heartbeat is looked at: an outage, waited
+    out like any other, not an end of the connection (it used to end ``error``)."""
+    stage = _Stage(_settings(store={"heartbeat_s": 0.02, "heartbeat_expiry_s": 0.1}))
+    await stage.create("a")
+    checks = 0
+
+    async def check_owner() -> bool:
+        nonlocal checks
+        checks += 1
+        if checks < 3:
+            raise StoreUnavailable("down (test)")
+        await stage.store.append_many(SID, stage.life, [("error", None)])
+        await stage.store.finish(SID, stage.life)
+        return True
+
+    sink = ListSink()
+    delivered = await asyncio.wait_for(
+        stage.deliver(sink, resuming=True, check_owner=check_owner), DEADLINE_S
+    )
+    assert delivered.ended == "finished"
+    assert sink.datas() == ["a", "error"]
+    assert checks == 3
+
+
+async def test_retry_tasks_are_cancelled_at_once_on_close_and_never_start_after():
+    """A task that only retries a store call (a retire, a late end) holds no drain: close
+    cancels it at once instead of waiting out its timeout, and one spawned while the
+    registry closes never runs."""
+    registry = Registry()
+    ran = asyncio.Event()
+
+    async def retrying() -> None:
+        ran.set()
+        await asyncio.Event().wait()  # a store that never answers
+
+    task = registry.spawn(retrying(), name="retry", retry=True)
+    await asyncio.wait_for(ran.wait(), DEADLINE_S)
+    assert registry.request_pumps == 0
+    assert await asyncio.wait_for(registry.close(600), DEADLINE_S) == 0
+    assert task.cancelled()
+    ran.clear()
+    late = registry.spawn(retrying(), name="retry", retry=True)
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    assert not ran.is_set()
+    assert registry.tasks == 0
+
+
 async def test_a_dropped_stream_ends_the_connection_with_retry():
     stage = _Stage()
     await stage.create("a")
