@@ -530,26 +530,34 @@ async def test_a_lost_stream_is_not_closed_for_polling(upstream, gateway, http, 
         await eventually(lambda: gw.app[REGISTRY].tasks == 0)
 
 
+class _EndLater:
+    """A call that sends *messages* and its result at once, and ends its body only once
+    ``body_done`` is set: the stream's end is then a store call of its own."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+        self.body_done = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for message in [*self.messages, _result(body["id"])]:
+            await response.write(f"data: {json.dumps(message)}\n\n".encode())
+        await asyncio.wait_for(self.body_done.wait(), DEADLINE_S)
+        return response
+
+
 async def test_an_end_the_store_missed_is_stored_once_it_is_back(
     upstream, gateway, http, monkeypatch
 ):
     """Every event was stored but the terminal marker: the store failed at the very end. The
     marker is stored once the store answers again, so a resume ends (then 204) rather than
     waiting for an end that never comes."""
-    body_done = asyncio.Event()
-
-    async def tool(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(f"data: {json.dumps(_notification(0))}\n\n".encode())
-        await response.write(f"data: {json.dumps(_result(body['id']))}\n\n".encode())
-        await asyncio.wait_for(body_done.wait(), DEADLINE_S)  # the end comes on its own
-        return response
-
+    call = _EndLater([_notification(0)])
     async with gateway(upstream.url) as gw:
         await _initialize(upstream, http, gw)
-        upstream.routes["/mcp"] = tool
+        upstream.routes["/mcp"] = call.handle
         store = gw.app[STREAMS].ctx.store
         finish, down = store.finish, asyncio.Event()
         down.set()
@@ -565,7 +573,7 @@ async def test_an_end_the_store_missed_is_stored_once_it_is_back(
         assert _messages(first) == [_notification(0), _result(7)]
         last = first[-1].id
         response.close()
-        body_done.set()
+        call.body_done.set()
         await eventually(lambda: not _attached(gw) and gw.app[REGISTRY].request_pumps == 0)
         resumed = await http.get(gw.mcp_url, headers=_headers(**{"Last-Event-ID": last}))
         assert resumed.status == 200
@@ -584,19 +592,10 @@ async def test_a_drain_does_not_wait_for_an_end_the_store_missed(
     """The store cannot take a call's end marker, and the replica drains: the drain waits for
     upstream requests, not for the store (the marker's retry is cancelled at once), so it is
     not held for its whole timeout."""
-    body_done = asyncio.Event()
-
-    async def tool(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(f"data: {json.dumps(_result(body['id']))}\n\n".encode())
-        await asyncio.wait_for(body_done.wait(), DEADLINE_S)  # the end comes on its own
-        return response
-
+    call = _EndLater([])
     async with gateway(upstream.url, server={"drain_timeout_s": 600}) as gw:
         await _initialize(upstream, http, gw)
-        upstream.routes["/mcp"] = tool
+        upstream.routes["/mcp"] = call.handle
         store = gw.app[STREAMS].ctx.store
         tried = asyncio.Event()
 
@@ -608,7 +607,7 @@ async def test_a_drain_does_not_wait_for_an_end_the_store_missed(
         response = await http.post(gw.mcp_url, json=_call(), headers=_headers())
         first, _ = await read_events(response, until=2)  # priming and the result
         assert _messages(first) == [_result(7)]
-        body_done.set()
+        call.body_done.set()
         await asyncio.wait_for(tried.wait(), DEADLINE_S)
         await eventually(lambda: gw.app[REGISTRY].request_pumps == 0)
         assert gw.app[REGISTRY].tasks == 1  # the marker's retry
