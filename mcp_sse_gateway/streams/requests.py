@@ -50,7 +50,8 @@ from mcp_sse_gateway.tracing import Attribute
 
 log = structlog.get_logger("mcp_sse_gateway.managed")
 
-#: Retiring a stream life the store lost events of: retry delays, seconds (doubling, jittered).
+#: Store calls retried in the background (retiring a lost life, a missed end marker): the
+#: first and the longest delay between tries, seconds (doubling, jittered).
 RETIRE_BACKOFF_S = (0.25, 5.0)
 #: A retired life's feed is kept this long for its reader to drain it, seconds.
 FEED_GRACE_S = 60.0
